@@ -1,0 +1,52 @@
+# Tidegate developer commands. `make run` starts a broker; `make test` checks everything.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run install deps-system lint typecheck layers unit test soak bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# kcat is one of the real clients the interop tests use; Debian packages it.
+deps-system:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing kcat (Debian package)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat >/dev/null; }
+
+run: install
+	$(BIN)/tidegate serve --override listeners=PLAINTEXT://127.0.0.1:9092 \
+	    --override log.dirs=./tidegate-data $(ARGS)
+
+lint: install
+	$(BIN)/ruff check src tests bench
+
+typecheck: install
+	$(BIN)/mypy
+
+layers: install
+	$(BIN)/lint-imports
+
+unit: install
+	$(BIN)/pytest -q tests/unit
+
+test: install deps-system lint typecheck layers
+	$(BIN)/pytest -q -ra --timeout=600 -m "not slow" tests
+
+soak: install deps-system
+	TIDEGATE_SOAK=1 $(BIN)/pytest -q -ra -m slow tests
+
+bench: install
+	$(BIN)/python bench/produce_consume.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info

@@ -1,0 +1,50 @@
+"""`tidegate` command line: serve, topics, produce, consume.
+
+Each subcommand lives in its own module exposing `add_parser(subparsers)`; the parser
+sets `func`, which returns the process exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from tidegate import __version__
+
+SUBCOMMANDS = ("serve", "topics", "produce", "consume")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidegate",
+        description="Tidegate: a Kafka-compatible streaming log built for exactly-once.",
+    )
+    parser.add_argument("--version", action="version", version=f"tidegate {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"tidegate.cli.{name}")
+        except ImportError:
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

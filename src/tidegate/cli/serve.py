@@ -1,0 +1,63 @@
+"""`tidegate serve [PROPERTIES_FILE] [--override KEY=VALUE ...]`: run a broker.
+
+Mirrors `kafka-server-start.sh`: a properties file, then overrides. Prints where the
+broker listens and what it advertises once it accepts connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from tidegate.common.config import BrokerConfig
+from tidegate.common.errors import KafkaError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run a broker",
+                       description="Run a Tidegate broker (like kafka-server-start.sh).")
+    p.add_argument("properties", nargs="?", type=Path,
+                   help="a server.properties file (Kafka's key names)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a broker config, e.g. --override log.dirs=/tmp/t1")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = BrokerConfig.load(args.properties, args.override)
+    except KafkaError as e:
+        print(f"tidegate serve: configuration error: {e}", file=sys.stderr)
+        return 2
+    for key in config.unknown_keys():
+        logging.getLogger("tidegate.server").warning(
+            "config %s is not a broker setting Tidegate knows; it is kept as a topic default "
+            "if it is one", key)
+
+    from tidegate.server.app import run_broker
+
+    def ready(bound: list[tuple[str, int]]) -> None:
+        where = ", ".join(f"{h}:{p}" for h, p in bound)
+        adv = ", ".join(str(x) for x in config.advertised_listeners())
+        print(f"Tidegate {config.node_id} listening on {where} (advertised as {adv}); "
+              f"data in {config.log_dir.resolve()}", flush=True)
+
+    try:
+        run_broker(config, ready)
+    except OSError as e:
+        print(f"tidegate serve: {e}", file=sys.stderr)
+        return 1
+    except KafkaError as e:
+        print(f"tidegate serve: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,259 @@
+"""Typed producer, consumer and admin configurations with Kafka's keys and defaults.
+
+Users pass a mapping with Kafka's dotted keys (``{"bootstrap.servers": "host:9092",
+"linger.ms": 10}``) and/or keyword arguments with underscores (``linger_ms=10``).
+Values may be typed or strings, as in a ``.properties`` file. The result is a frozen
+dataclass whose attribute names are the keys with dots as underscores.
+
+Invariants: every key is Kafka's name with Kafka's default, except where a comment says
+why not; an unknown key or an invalid value raises `ConfigError` naming the key and
+what is allowed; cross-key rules (e.g. ``delivery.timeout.ms >= linger.ms +
+request.timeout.ms``) are checked once, here.
+
+Not yet available, and rejected with a clear message when enabled: idempotence
+(``enable.idempotence=true``) and transactions (``transactional.id``) arrive with the
+idempotence/transactions work. Until then the producer behaves as Kafka's does with
+``enable.idempotence=false`` — which is why our default is false where Kafka 3+ says true.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from tidegate.client.errors import ConfigError
+
+__all__ = ["AdminConfig", "ClientConfig", "ConfigError", "ConsumerConfig", "ProducerConfig",
+           "Serializer"]
+
+# A key/value serializer: any callable from the user's object to bytes (or None).
+Serializer = Callable[[Any], bytes | None]
+Parse = Callable[[str, object], object]
+C = TypeVar("C", bound="ClientConfig")
+INT32_MAX = 2_147_483_647
+LONG_MAX = 9_223_372_036_854_775_807
+
+
+def _int(lo: int = 0, hi: int = LONG_MAX) -> Parse:
+    def parse(key: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}")
+        try:
+            n = int(value)
+        except ValueError:
+            raise ConfigError(f"{key} must be an integer in [{lo}, {hi}], not {value!r}") from None
+        if not lo <= n <= hi:
+            raise ConfigError(f"{key}={n} is out of range: allowed values are [{lo}, {hi}]")
+        return n
+    return parse
+
+
+def _bool(key: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"{key} must be true or false, not {value!r}")
+
+
+def _choice(*allowed: str) -> Parse:
+    def parse(key: str, value: object) -> str:
+        text = str(value).lower() if isinstance(value, str) else value
+        if text not in allowed:
+            raise ConfigError(f"{key}={value!r} is invalid: allowed values are "
+                              f"{', '.join(allowed)}")
+        return cast(str, text)
+    return parse
+
+
+def _str(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, not {value!r}")
+    return value
+
+
+def _opt_str(key: str, value: object) -> str | None:
+    return None if value is None else _str(key, value)
+
+
+def _servers(key: str, value: object) -> tuple[str, ...]:
+    items: list[str]
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    elif isinstance(value, list | tuple):
+        items = [str(v).strip() for v in value]
+    else:
+        raise ConfigError(f"{key} must be a list of host:port, not {value!r}")
+    items = [i for i in items if i]
+    if not items:
+        raise ConfigError(f"{key} is empty: give at least one host:port, e.g. localhost:9092")
+    for item in items:
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{key} entry {item!r} must look like host:port, "
+                              "e.g. localhost:9092")
+    return tuple(items)
+
+
+def _acks(key: str, value: object) -> int:
+    text = str(value).lower()
+    table = {"all": -1, "-1": -1, "0": 0, "1": 1}
+    if text not in table or isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} is invalid: allowed values are all, -1, 0, 1")
+    return table[text]
+
+
+def _callable(key: str, value: object) -> object:
+    if value is not None and not callable(value):
+        raise ConfigError(f"{key} must be a callable taking the object and returning bytes")
+    return value
+
+
+def _security(key: str, value: object) -> str:
+    text = _choice("plaintext")(key, value)
+    return text.upper()
+
+
+def _opt(key: str, default: object, parse: Parse) -> Any:
+    return field(default=default, metadata={"key": key, "parse": parse})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientConfig:
+    """Settings every client shares."""
+
+    bootstrap_servers: tuple[str, ...] = _opt("bootstrap.servers", ("localhost:9092",), _servers)
+    client_id: str = _opt("client.id", "tidegate", _str)
+    request_timeout_ms: int = _opt("request.timeout.ms", 30_000, _int(0, INT32_MAX))
+    retry_backoff_ms: int = _opt("retry.backoff.ms", 100, _int())
+    retry_backoff_max_ms: int = _opt("retry.backoff.max.ms", 1000, _int())
+    reconnect_backoff_ms: int = _opt("reconnect.backoff.ms", 50, _int())
+    reconnect_backoff_max_ms: int = _opt("reconnect.backoff.max.ms", 1000, _int())
+    socket_connection_setup_timeout_ms: int = _opt(
+        "socket.connection.setup.timeout.ms", 10_000, _int())
+    metadata_max_age_ms: int = _opt("metadata.max.age.ms", 300_000, _int())
+    connections_max_idle_ms: int = _opt("connections.max.idle.ms", 540_000, _int())
+    security_protocol: str = _opt("security.protocol", "PLAINTEXT", _security)
+
+    @classmethod
+    def keys(cls) -> dict[str, dataclasses.Field[Any]]:
+        return {f.metadata["key"]: f for f in dataclasses.fields(cls) if "key" in f.metadata}
+
+    @classmethod
+    def from_dict(cls: type[C], config: Mapping[str, object] | None = None,
+                  **overrides: object) -> C:
+        """Parse `config` (dotted keys) plus `overrides` (underscored keys)."""
+        merged: dict[str, object] = dict(config or {})
+        for k, v in overrides.items():
+            merged[k.replace("_", ".")] = v
+        known = cls.keys()
+        kwargs: dict[str, object] = {}
+        for key, value in merged.items():
+            f = known.get(key)
+            if f is None:
+                hint = difflib.get_close_matches(key, list(known), n=1)
+                more = f"; did you mean {hint[0]}?" if hint else ""
+                raise ConfigError(f"unknown {cls._kind()} config {key!r}{more}")
+            kwargs[f.name] = f.metadata["parse"](key, value)
+        cfg = cls(**kwargs)
+        cfg._check(set(merged))
+        return cfg
+
+    @classmethod
+    def _kind(cls) -> str:
+        return "client"
+
+    def _check(self, explicit: set[str]) -> None:
+        """Cross-key rules; `explicit` is the set of keys the user gave."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducerConfig(ClientConfig):
+    acks: int = _opt("acks", -1, _acks)
+    linger_ms: int = _opt("linger.ms", 5, _int(0, INT32_MAX))
+    batch_size: int = _opt("batch.size", 16_384, _int(0, INT32_MAX))
+    buffer_memory: int = _opt("buffer.memory", 33_554_432, _int(1))
+    compression_type: str = _opt("compression.type", "none",
+                                 _choice("none", "gzip", "snappy", "lz4", "zstd"))
+    max_in_flight_requests_per_connection: int = _opt(
+        "max.in.flight.requests.per.connection", 5, _int(1, INT32_MAX))
+    retries: int = _opt("retries", INT32_MAX, _int(0, INT32_MAX))
+    delivery_timeout_ms: int = _opt("delivery.timeout.ms", 120_000, _int(0, INT32_MAX))
+    max_request_size: int = _opt("max.request.size", 1_048_576, _int(1, INT32_MAX))
+    max_block_ms: int = _opt("max.block.ms", 60_000, _int())
+    # Kafka 3+ defaults to true; see the module docstring for why ours is false for now.
+    enable_idempotence: bool = _opt("enable.idempotence", False, _bool)
+    transactional_id: str | None = _opt("transactional.id", None, _opt_str)
+    partitioner_ignore_keys: bool = _opt("partitioner.ignore.keys", False, _bool)
+    key_serializer: Serializer | None = _opt("key.serializer", None, _callable)
+    value_serializer: Serializer | None = _opt("value.serializer", None, _callable)
+
+    @classmethod
+    def _kind(cls) -> str:
+        return "producer"
+
+    def _check(self, explicit: set[str]) -> None:
+        if self.enable_idempotence:
+            raise ConfigError(
+                "enable.idempotence=true is not available yet: the idempotent producer "
+                "arrives with Tidegate's idempotence work; set enable.idempotence=false "
+                "(records may then be duplicated or reordered by retries, as in Kafka)")
+        if self.transactional_id is not None:
+            raise ConfigError(
+                "transactional.id is not available yet: transactions arrive with "
+                "Tidegate's transactions work; remove transactional.id")
+        if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
+            if "delivery.timeout.ms" in explicit:
+                raise ConfigError(
+                    f"delivery.timeout.ms={self.delivery_timeout_ms} must be at least "
+                    f"linger.ms + request.timeout.ms = "
+                    f"{self.linger_ms + self.request_timeout_ms}")
+            # As Kafka does when the user did not set it: raise it to the minimum.
+            object.__setattr__(self, "delivery_timeout_ms",
+                               self.linger_ms + self.request_timeout_ms)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerConfig(ClientConfig):
+    group_id: str | None = _opt("group.id", None, _opt_str)
+    auto_offset_reset: str = _opt("auto.offset.reset", "latest",
+                                  _choice("earliest", "latest", "none"))
+    fetch_min_bytes: int = _opt("fetch.min.bytes", 1, _int(0, INT32_MAX))
+    fetch_max_wait_ms: int = _opt("fetch.max.wait.ms", 500, _int(0, INT32_MAX))
+    fetch_max_bytes: int = _opt("fetch.max.bytes", 52_428_800, _int(0, INT32_MAX))
+    max_partition_fetch_bytes: int = _opt("max.partition.fetch.bytes", 1_048_576,
+                                          _int(0, INT32_MAX))
+    max_poll_records: int = _opt("max.poll.records", 500, _int(1, INT32_MAX))
+    isolation_level: str = _opt("isolation.level", "read_uncommitted",
+                                _choice("read_uncommitted", "read_committed"))
+    check_crcs: bool = _opt("check.crcs", True, _bool)
+    enable_auto_commit: bool = _opt("enable.auto.commit", True, _bool)
+    client_rack: str = _opt("client.rack", "", _str)
+    default_api_timeout_ms: int = _opt("default.api.timeout.ms", 60_000, _int(0, INT32_MAX))
+
+    @classmethod
+    def _kind(cls) -> str:
+        return "consumer"
+
+    def _check(self, explicit: set[str]) -> None:
+        if self.request_timeout_ms <= self.fetch_max_wait_ms:
+            raise ConfigError(
+                f"request.timeout.ms={self.request_timeout_ms} must be larger than "
+                f"fetch.max.wait.ms={self.fetch_max_wait_ms}")
+
+    @property
+    def isolation(self) -> int:
+        """The wire value of isolation.level (0 read_uncommitted, 1 read_committed)."""
+        return 1 if self.isolation_level == "read_committed" else 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdminConfig(ClientConfig):
+    default_api_timeout_ms: int = _opt("default.api.timeout.ms", 60_000, _int(0, INT32_MAX))
+
+    @classmethod
+    def _kind(cls) -> str:
+        return "admin"

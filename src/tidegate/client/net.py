@@ -1,0 +1,284 @@
+"""asyncio broker connections: connect, negotiate versions, pipeline requests, reconnect.
+
+`BrokerConnection` owns one TCP stream and a sans-IO `ClientConnection`. Opening it
+sends ApiVersions and keeps, per API, the highest version both sides speak, so callers
+build request bodies from plain dicts without choosing versions. Requests are
+pipelined: each `request()` writes at once and waits for its own response, which a
+single reader task matches by correlation id. A request that times out closes the
+connection (as Kafka's NetworkClient does) and fails everything in flight on it.
+
+`NetworkClient` maps node ids to connections, bootstraps from ``bootstrap.servers``
+and reconnects with exponential backoff from ``reconnect.backoff.ms`` to
+``reconnect.backoff.max.ms`` (with 20% jitter), as Kafka's clients do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from tidegate import __version__
+from tidegate.client.config import ClientConfig
+from tidegate.client.connection import API_VERSIONS, ClientConnection, negotiate_versions
+from tidegate.client.errors import (
+    KafkaConnectionError,
+    ProtocolError,
+    RequestTimedOutError,
+)
+from tidegate.client.types import BrokerInfo
+from tidegate.common.errors import KafkaError, UnsupportedVersionError, error_for_code
+from tidegate.protocol.messages import build, request_class
+
+__all__ = ["BrokerConnection", "NetworkClient", "parse_address"]
+
+# A kio response entity. Its fields depend on the negotiated version, so callers read
+# them with attribute access or `protocol.messages.view`.
+Response = Any
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class BrokerConnection:
+    """One connection to one broker; see the module docstring."""
+
+    def __init__(self, host: str, port: int, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, *, client_id: str | None,
+                 request_timeout_ms: int, node_id: int = -1) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.request_timeout_ms = request_timeout_ms
+        self._reader = reader
+        self._writer = writer
+        self._proto = ClientConnection(client_id)
+        self._waiters: dict[int, asyncio.Future[Response]] = {}
+        self._closed: BaseException | None = None
+        self.versions: dict[int, int] = {}
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection({self.host}:{self.port}, node {self.node_id})"
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, client_id: str | None = "tidegate",
+                   request_timeout_ms: int = 30_000, connect_timeout_ms: int = 10_000,
+                   node_id: int = -1) -> BrokerConnection:
+        """Connect and negotiate API versions; KafkaConnectionError if unreachable."""
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=1 << 20),
+                connect_timeout_ms / 1000)
+        except (OSError, asyncio.TimeoutError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else (
+                "timed out" if isinstance(e, asyncio.TimeoutError) else str(e))
+            raise KafkaConnectionError(f"cannot reach {host}:{port}: {why}") from e
+        conn = cls(host, port, reader, writer, client_id=client_id,
+                   request_timeout_ms=request_timeout_ms, node_id=node_id)
+        try:
+            await conn._negotiate()
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _negotiate(self) -> None:
+        version = 4
+        while True:
+            resp = await self.request(API_VERSIONS, {
+                "client_software_name": "tidegate-python",
+                "client_software_version": __version__,
+            }, version=version)
+            ranges = {int(a.api_key): (int(a.min_version), int(a.max_version))
+                      for a in resp.api_keys}
+            if resp.error_code.value == 0:
+                break
+            ours = ranges.get(API_VERSIONS)
+            if resp.error_code.value == 35 and ours and ours[1] < version:
+                version = ours[1]  # UNSUPPORTED_VERSION: retry at the broker's max
+                continue
+            raise error_for_code(resp.error_code.value, "ApiVersions failed")
+        self.broker_versions = ranges
+        self.versions = negotiate_versions(ranges)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiters)
+
+    def version(self, api_key: int) -> int:
+        v = self.versions.get(api_key)
+        if v is None:
+            theirs = self.broker_versions.get(api_key)
+            raise UnsupportedVersionError(
+                f"broker {self.host}:{self.port} does not support API {api_key} at a "
+                f"version this client speaks (broker: {theirs or 'none'})")
+        return v
+
+    async def request(self, api_key: int, data: Mapping[str, Any], *,
+                      version: int | None = None, timeout_ms: int | None = None,
+                      expect_response: bool = True) -> Response:
+        """Send one request built from `data`; return the response (None if none is
+        expected). Raises KafkaConnectionError / RequestTimedOutError."""
+        if self._closed is not None:
+            raise KafkaConnectionError(
+                f"connection to {self.host}:{self.port} is closed: {self._closed}")
+        v = self.version(api_key) if version is None else version
+        request = build(request_class(api_key, v), data)
+        cid, frame = self._proto.send_request(request, expect_response=expect_response)
+        fut: asyncio.Future[Response] | None = None
+        if expect_response:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters[cid] = fut
+        self._writer.write(frame)
+        try:
+            await self._writer.drain()
+        except (OSError, RuntimeError) as e:
+            self._fail(KafkaConnectionError(f"lost connection to {self.host}:{self.port}: {e}"))
+        if fut is None:
+            return None
+        timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            self._fail(RequestTimedOutError(
+                f"no response from {self.host}:{self.port} to API {api_key} within "
+                f"{int(timeout * 1000)} ms (request.timeout.ms); connection closed"))
+            raise RequestTimedOutError(
+                f"request to {self.host}:{self.port} timed out after "
+                f"{int(timeout * 1000)} ms") from None
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(1 << 20)
+                if not data:
+                    raise KafkaConnectionError(
+                        f"broker {self.host}:{self.port} closed the connection")
+                for req, resp in self._proto.receive_data(data):
+                    fut = self._waiters.pop(req.correlation_id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(resp)
+        except asyncio.CancelledError:
+            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed"))
+            raise
+        except (KafkaConnectionError, ProtocolError) as e:
+            self._fail(e)
+        except (OSError, KafkaError) as e:
+            self._fail(KafkaConnectionError(f"lost connection to {self.host}:{self.port}: {e}"))
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._closed is None:
+            self._closed = exc
+            self._writer.close()
+        self._proto.fail_all()
+        waiters, self._waiters = self._waiters, {}
+        for fut in waiters.values():
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # mark retrieved: a timed-out caller has gone away
+
+    async def close(self) -> None:
+        self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed"))
+        self._read_task.cancel()
+        with contextlib.suppress(BaseException):
+            await self._read_task
+        with contextlib.suppress(OSError, RuntimeError):
+            await self._writer.wait_closed()
+
+
+class NetworkClient:
+    """Connections to the cluster's brokers by node id, with reconnect backoff."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.bootstrap = [parse_address(a) for a in config.bootstrap_servers]
+        self.nodes: dict[int, BrokerInfo] = {}
+        self._conns: dict[object, BrokerConnection] = {}
+        self._locks: dict[object, asyncio.Lock] = {}
+        self._failures: dict[object, tuple[int, float]] = {}
+        self._closed = False
+
+    def _backoff_s(self, failures: int) -> float:
+        cfg = self.config
+        base = cfg.reconnect_backoff_ms * (2 ** max(0, failures - 1))
+        ms = min(base, max(cfg.reconnect_backoff_max_ms, cfg.reconnect_backoff_ms))
+        return ms * random.uniform(0.8, 1.2) / 1000
+
+    async def _open(self, key: object, host: str, port: int, node_id: int) -> BrokerConnection:
+        conn = self._conns.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(key)
+            if conn is not None and not conn.closed:
+                return conn
+            if self._closed:
+                raise KafkaConnectionError("the client is closed")
+            failures, not_before = self._failures.get(key, (0, 0.0))
+            delay = not_before - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                conn = await BrokerConnection.open(
+                    host, port, client_id=self.config.client_id,
+                    request_timeout_ms=self.config.request_timeout_ms,
+                    connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
+                    node_id=node_id)
+            except KafkaConnectionError:
+                failures += 1
+                self._failures[key] = (failures, time.monotonic() + self._backoff_s(failures))
+                raise
+            self._failures.pop(key, None)
+            self._conns[key] = conn
+            return conn
+
+    async def connect(self, node_id: int) -> BrokerConnection:
+        """A ready connection to broker `node_id` (known from metadata)."""
+        info = self.nodes.get(node_id)
+        if info is None:
+            raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
+        return await self._open(node_id, info.host, info.port, node_id)
+
+    async def any_connection(self) -> BrokerConnection:
+        """A connection to some broker: an open one, else known brokers, else the
+        bootstrap servers in order. KafkaConnectionError if none can be reached."""
+        for conn in self._conns.values():
+            if not conn.closed:
+                return conn
+        errors: list[str] = []
+        candidates: list[tuple[object, str, int, int]] = [
+            (n.node_id, n.host, n.port, n.node_id) for n in self.nodes.values()]
+        candidates += [(("bootstrap", h, p), h, p, -1) for h, p in self.bootstrap]
+        for key, host, port, node_id in candidates:
+            try:
+                return await self._open(key, host, port, node_id)
+            except KafkaConnectionError as e:
+                errors.append(str(e))
+        raise KafkaConnectionError("; ".join(dict.fromkeys(errors)) or "no brokers known")
+
+    async def request(self, node_id: int | None, api_key: int, data: Mapping[str, Any], *,
+                      timeout_ms: int | None = None) -> Response:
+        """Send to `node_id` (None: any broker) and return the response."""
+        conn = await (self.any_connection() if node_id is None else self.connect(node_id))
+        return await conn.request(api_key, data, timeout_ms=timeout_ms)
+
+    def connection_if_open(self, node_id: int) -> BrokerConnection | None:
+        conn = self._conns.get(node_id)
+        return conn if conn is not None and not conn.closed else None
+
+    async def close(self) -> None:
+        self._closed = True
+        conns, self._conns = list(self._conns.values()), {}
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)

@@ -1,0 +1,213 @@
+"""The record accumulator: per-partition queues of batches waiting to be sent.
+
+Sans-IO: time comes in as `now_ms`; the sender asks what is ready, drains batches into
+requests, and hands failed batches back for retry.
+
+Rules (as Kafka's RecordAccumulator):
+- A record goes into the last open batch of its partition if the batch stays within
+  ``batch.size``; otherwise a new batch is opened. A record larger than ``batch.size``
+  gets a batch of its own.
+- The first batch of a partition is *ready* when it is full (its size reached
+  ``batch.size`` or a newer batch exists behind it), when it has waited ``linger.ms``,
+  when a flush or close is in progress, or when senders are blocked on memory — unless
+  it is backing off after a failed attempt (``retry.backoff.ms``).
+- ``buffer.memory`` bounds the bytes of records held by unfinished batches (queued or in
+  flight); `has_room` tells the producer whether to block.
+- Draining closes a batch (no more appends) and builds its bytes once; a retried batch
+  re-sends the same bytes and goes back to the *front* of its queue, keeping
+  per-partition order as long as one request per partition is in flight.
+
+Each record carries an opaque `token` (the producer's future) that the batch returns on
+completion; no other object is kept per record.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Generic, TypeVar
+
+from tidegate.client.types import TopicPartition
+from tidegate.records.batch import HEADER_SIZE
+from tidegate.records.builder import BatchBuilder
+from tidegate.records.compression import Codec
+
+__all__ = ["ProducerBatch", "RecordAccumulator", "record_size_upper_bound"]
+
+T = TypeVar("T")
+Header = tuple[str, bytes | None]
+
+# length varint (5) + attributes (1) + timestamp delta varlong (10) + offset delta (5)
+# + key length (5) + value length (5) + header count (5): Kafka's
+# DefaultRecord.MAX_RECORD_OVERHEAD.
+_MAX_RECORD_OVERHEAD = 21
+
+
+def record_size_upper_bound(key: bytes | None, value: bytes | None,
+                            headers: Sequence[Header] = ()) -> int:
+    """Bytes a record can take in a batch, at most (without compression)."""
+    size = _MAX_RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    for name, hvalue in headers:
+        size += 10 + len(name.encode("utf-8", "surrogateescape")) + (len(hvalue) if hvalue else 0)
+    return size
+
+
+class ProducerBatch(Generic[T]):
+    """Records for one partition that are sent, acknowledged and retried together."""
+
+    __slots__ = ("attempts", "builder", "created_ms", "payload", "retry_at_ms", "size",
+                 "timestamps", "tokens", "tp")
+
+    def __init__(self, tp: TopicPartition, builder: BatchBuilder, now_ms: int) -> None:
+        self.tp = tp
+        self.builder = builder
+        self.created_ms = now_ms
+        self.timestamps: list[int] = []
+        self.tokens: list[T] = []
+        self.size = 0  # bytes charged to buffer.memory
+        self.payload: bytes | None = None  # built bytes once drained
+        self.attempts = 0
+        self.retry_at_ms = 0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def closed(self) -> bool:
+        return self.payload is not None
+
+    def close(self) -> bytes:
+        if self.payload is None:
+            self.payload = self.builder.build()
+        return self.payload
+
+    def __repr__(self) -> str:
+        return f"ProducerBatch({self.tp.topic}-{self.tp.partition}, {len(self)} records)"
+
+
+class RecordAccumulator(Generic[T]):
+    """Per-partition batch queues; see the module docstring."""
+
+    def __init__(self, *, batch_size: int, linger_ms: int, buffer_memory: int,
+                 compression: Codec = Codec.NONE, retry_backoff_ms: int = 100) -> None:
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.compression = compression
+        self.retry_backoff_ms = retry_backoff_ms
+        self._queues: dict[TopicPartition, deque[ProducerBatch[T]]] = {}
+        self.used_memory = 0
+        self.flushing = 0  # flushes in progress
+        self.closing = False
+        self.memory_waiters = 0  # producers blocked in send() on buffer.memory
+
+    # -- appending -------------------------------------------------------------------
+
+    def has_room(self, size: int) -> bool:
+        return self.used_memory + size <= self.buffer_memory or self.used_memory == 0
+
+    def append(self, tp: TopicPartition, timestamp: int, key: bytes | None,
+               value: bytes | None, headers: Sequence[Header], token: T,
+               now_ms: int) -> tuple[ProducerBatch[T], bool]:
+        """Add a record; return its batch and whether a new batch was opened."""
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        created = False
+        batch = queue[-1] if queue else None
+        if batch is None or batch.closed or (
+            batch.builder.estimated_size() + record_size_upper_bound(key, value, headers)
+            > self.batch_size
+        ):
+            batch = ProducerBatch(tp, BatchBuilder(compression=self.compression), now_ms)
+            queue.append(batch)
+            created = True
+        before = batch.builder.estimated_size()
+        batch.builder.append(timestamp, key, value, headers)
+        grown = batch.builder.estimated_size() - before + (HEADER_SIZE if created else 0)
+        batch.timestamps.append(timestamp)
+        batch.tokens.append(token)
+        batch.size += grown
+        self.used_memory += grown
+        return batch, created
+
+    def is_full(self, batch: ProducerBatch[T]) -> bool:
+        return batch.builder.estimated_size() >= self.batch_size
+
+    # -- deciding what to send ---------------------------------------------------------
+
+    def partitions(self) -> list[TopicPartition]:
+        return [tp for tp, q in self._queues.items() if q]
+
+    def ready(self, now_ms: int, muted: Iterable[TopicPartition] = ()
+              ) -> tuple[list[TopicPartition], int | None]:
+        """Partitions whose first batch can be sent now, and the ms until the next
+        batch becomes ready (None if nothing is waiting)."""
+        muted_set = set(muted)
+        urgent = bool(self.flushing or self.closing or self.memory_waiters)
+        ready: list[TopicPartition] = []
+        next_ms: int | None = None
+        for tp, queue in self._queues.items():
+            if not queue or tp in muted_set:
+                continue
+            batch = queue[0]
+            if batch.retry_at_ms > now_ms:
+                wait = batch.retry_at_ms - now_ms
+            elif urgent or len(queue) > 1 or batch.closed or self.is_full(batch):
+                ready.append(tp)
+                continue
+            else:
+                wait = batch.created_ms + self.linger_ms - now_ms
+                if wait <= 0:
+                    ready.append(tp)
+                    continue
+            next_ms = wait if next_ms is None else min(next_ms, wait)
+        return ready, next_ms
+
+    def drain(self, tps: Sequence[TopicPartition], max_request_size: int,
+              now_ms: int) -> list[ProducerBatch[T]]:
+        """Take the first batch of each partition in `tps` while the request stays
+        within `max_request_size` (the first batch is always taken)."""
+        out: list[ProducerBatch[T]] = []
+        total = 0
+        for tp in tps:
+            queue = self._queues.get(tp)
+            if not queue or queue[0].retry_at_ms > now_ms:
+                continue
+            payload = queue[0].close()
+            if out and total + len(payload) > max_request_size:
+                break
+            out.append(queue.popleft())
+            total += len(payload)
+        return out
+
+    def reenqueue(self, batch: ProducerBatch[T], now_ms: int) -> None:
+        """Put a failed batch back at the front of its queue, backing off."""
+        batch.retry_at_ms = now_ms + self.retry_backoff_ms
+        queue = self._queues.setdefault(batch.tp, deque())
+        queue.appendleft(batch)
+
+    def deallocate(self, batch: ProducerBatch[T]) -> None:
+        """A batch finished (acknowledged or failed for good): free its memory."""
+        self.used_memory -= batch.size
+        batch.size = 0
+
+    def expired(self, now_ms: int, delivery_timeout_ms: int) -> list[ProducerBatch[T]]:
+        """Remove and return queued batches older than ``delivery.timeout.ms``."""
+        out: list[ProducerBatch[T]] = []
+        for queue in self._queues.values():
+            while queue and queue[0].created_ms + delivery_timeout_ms <= now_ms:
+                out.append(queue.popleft())
+        return out
+
+    def abort_all(self) -> list[ProducerBatch[T]]:
+        """Remove and return every queued batch (forced close)."""
+        out = [b for q in self._queues.values() for b in q]
+        self._queues.clear()
+        return out
+
+    def has_unsent(self) -> bool:
+        return any(self._queues.values())
+
+    def batches(self, tp: TopicPartition) -> list[ProducerBatch[T]]:
+        return list(self._queues.get(tp, ()))

@@ -1,0 +1,106 @@
+"""Small value types shared by the producer, consumer and admin client.
+
+Tuples (`NamedTuple`) where the client keeps many of them in dicts and sets —
+hashing a tuple is far cheaper than hashing a dataclass.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+__all__ = [
+    "BrokerInfo",
+    "ConsumerRecord",
+    "OffsetAndTimestamp",
+    "PartitionInfo",
+    "RecordMetadata",
+    "TopicInfo",
+    "TopicPartition",
+]
+
+Header = tuple[str, bytes | None]
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record was written. `offset` is -1 with acks=0; `timestamp`
+    is the broker's LogAppendTime if the topic uses it, else the record's CreateTime."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+class ConsumerRecord:
+    """One consumed record. `timestamp_type` is 0 (CreateTime) or 1 (LogAppendTime)."""
+
+    __slots__ = ("headers", "key", "offset", "partition", "timestamp", "timestamp_type",
+                 "topic", "value")
+
+    def __init__(self, topic: str, partition: int, offset: int, timestamp: int,
+                 timestamp_type: int, key: bytes | None, value: bytes | None,
+                 headers: tuple[Header, ...]) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp
+        self.timestamp_type = timestamp_type
+        self.key = key
+        self.value = value
+        self.headers = headers
+
+    def __repr__(self) -> str:
+        return (f"ConsumerRecord(topic={self.topic!r}, partition={self.partition}, "
+                f"offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
+                f"value={self.value!r}, headers={self.headers!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerRecord):
+            return NotImplemented
+        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    is_internal: bool = False
+    error_code: int = 0
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)

@@ -1,0 +1,211 @@
+"""Broker configuration with Kafka's key names and defaults.
+
+Sources, later ones winning: built-in defaults, a `server.properties`-style file,
+environment variables `TIDEGATE_<KEY>` (dots and dashes as underscores, e.g.
+`TIDEGATE_LOG_DIRS`), then `--override key=value` flags — the same precedence as
+`kafka-server-start.sh`. Unknown keys are kept (they may be topic defaults such as
+`log.retention.hours`) but reported by `unknown_keys()` so the CLI can warn about typos.
+
+Where a single-node default differs from Kafka's it says why next to the key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tidegate.common.errors import InvalidConfigError
+
+LONG_MAX = 9_223_372_036_854_775_807
+
+# key -> (default, type, doc). Types: int, bool, str, list.
+BROKER_KEYS: dict[str, tuple[str, str, str]] = {
+    "node.id": ("1", "int", "This broker's id (Kafka requires it; a single node uses 1)."),
+    "broker.id": ("-1", "int", "Legacy alias of node.id."),
+    "listeners": ("PLAINTEXT://127.0.0.1:9092", "list",
+                  "Where to bind. Kafka binds all interfaces (PLAINTEXT://:9092); an embedded "
+                  "development broker binds loopback only."),
+    "advertised.listeners": ("", "list",
+                             "Addresses handed to clients in Metadata; defaults to listeners."),
+    "log.dirs": ("./tidegate-data", "list",
+                 "Data directory (Kafka: /tmp/kafka-logs; ours survives reboots)."),
+    "log.dir": ("", "str", "Used when log.dirs is unset."),
+    "num.partitions": ("1", "int", "Partitions of an auto-created topic."),
+    "default.replication.factor": ("1", "int", "Replication factor of auto-created topics."),
+    "auto.create.topics.enable": ("true", "bool", "Create topics on Metadata/Produce requests."),
+    "delete.topic.enable": ("true", "bool", "Allow DeleteTopics."),
+    "socket.request.max.bytes": ("104857600", "int", "Largest request frame accepted."),
+    "message.max.bytes": ("1048588", "int", "Largest record batch (topic: max.message.bytes)."),
+    "log.flush.interval.messages": ("1", "int",
+        "Records written before an fsync. Kafka's default is Long.MAX_VALUE (it relies on "
+        "replicas); a single node has none, so every acknowledged write is fsynced (with "
+        "group commit). Set higher to trade durability for latency."),
+    "log.flush.interval.ms": ("", "int", "Max ms before unflushed data is fsynced."),
+    "log.flush.scheduler.interval.ms": ("1000", "int", "How often the flush scheduler runs."),
+    "log.retention.check.interval.ms": ("300000", "int", "How often retention runs."),
+    "log.cleaner.enable": ("true", "bool", "Run the log cleaner for compacted topics."),
+    "log.cleaner.backoff.ms": ("15000", "int", "Sleep between cleaner passes."),
+    "fetch.max.bytes": ("57671680", "int", "Largest fetch response."),
+    "connections.max.idle.ms": ("600000", "int", "Close idle connections after this."),
+    "queued.max.requests": ("500", "int", "In-flight requests per connection before reads pause."),
+    "cluster.id": ("", "str", "Cluster id; generated at first start and kept in meta.properties."),
+    "broker.rack": ("", "str", "Rack of this broker."),
+    "offsets.topic.num.partitions": ("50", "int", "Partitions of __consumer_offsets."),
+    "transaction.state.log.num.partitions": ("50", "int", "Partitions of __transaction_state."),
+}
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def parse_listeners(value: str) -> list[Listener]:
+    result = []
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        if "://" not in item:
+            raise InvalidConfigError(
+                f"listener {item!r} must look like PLAINTEXT://host:port"
+            )
+        name, rest = item.split("://", 1)
+        parts = urlsplit("//" + rest)
+        try:
+            port = parts.port
+        except ValueError as e:
+            raise InvalidConfigError(f"listener {item!r} has an invalid port") from e
+        if port is None:
+            raise InvalidConfigError(f"listener {item!r} has no port")
+        result.append(Listener(name.upper(), parts.hostname or "", port))
+    return result
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties subset: key=value or key: value, # and ! comments."""
+    props: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            props[line] = ""
+        else:
+            props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    known = {k.replace(".", "_").replace("-", "_").upper(): k for k in BROKER_KEYS}
+    out: dict[str, str] = {}
+    for name, value in environ.items():
+        if not name.startswith("TIDEGATE_"):
+            continue
+        suffix = name[len("TIDEGATE_"):]
+        key = known.get(suffix, suffix.lower().replace("_", "."))
+        out[key] = value
+    return out
+
+
+class BrokerConfig:
+    """All broker settings as strings, with typed accessors for the ones we use."""
+
+    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+        self.props: dict[str, str] = {k: v[0] for k, v in BROKER_KEYS.items()}
+        self.explicit: set[str] = set()
+        if props:
+            self.update(props)
+
+    @classmethod
+    def load(
+        cls,
+        file: Path | None = None,
+        overrides: Iterable[str] = (),
+        environ: Mapping[str, str] | None = None,
+    ) -> BrokerConfig:
+        merged: dict[str, str] = {}
+        if file is not None:
+            try:
+                merged.update(parse_properties(file.read_text()))
+            except OSError as e:
+                raise InvalidConfigError(f"cannot read {file}: {e.strerror}") from e
+        merged.update(env_overrides(os.environ if environ is None else environ))
+        for item in overrides:
+            if "=" not in item:
+                raise InvalidConfigError(f"--override {item!r} must be KEY=VALUE")
+            k, v = item.split("=", 1)
+            merged[k.strip()] = v.strip()
+        return cls(merged)
+
+    def update(self, props: Mapping[str, str]) -> None:
+        for k, v in props.items():
+            self.props[k] = v
+            self.explicit.add(k)
+        self._validate()
+
+    def _validate(self) -> None:
+        for key, (_, typ, _doc) in BROKER_KEYS.items():
+            value = self.props.get(key, "")
+            if value == "":
+                continue
+            if typ == "int":
+                try:
+                    int(value)
+                except ValueError:
+                    raise InvalidConfigError(f"{key}={value!r} is not an integer") from None
+            elif typ == "bool" and value.lower() not in ("true", "false"):
+                raise InvalidConfigError(f"{key}={value!r} must be true or false")
+        self.listeners()
+        self.advertised_listeners()
+
+    def unknown_keys(self) -> list[str]:
+        return sorted(k for k in self.explicit if k not in BROKER_KEYS and "." not in k[:1])
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.props.get(key, default)
+
+    def get_int(self, key: str, default: int | None = None) -> int | None:
+        value = self.props.get(key, "")
+        if value == "":
+            return default
+        return int(value)
+
+    def get_bool(self, key: str) -> bool:
+        return self.props.get(key, "false").lower() == "true"
+
+    @property
+    def node_id(self) -> int:
+        broker_id = self.get_int("broker.id", -1)
+        if "node.id" not in self.explicit and broker_id is not None and broker_id >= 0:
+            return broker_id
+        return int(self.props["node.id"])
+
+    def listeners(self) -> list[Listener]:
+        ls = parse_listeners(self.props["listeners"])
+        if not ls:
+            raise InvalidConfigError("listeners is empty; set e.g. PLAINTEXT://127.0.0.1:9092")
+        return ls
+
+    def advertised_listeners(self) -> list[Listener]:
+        value = self.props.get("advertised.listeners", "")
+        if not value:
+            return [
+                Listener(lis.name, lis.host or "localhost", lis.port)
+                for lis in self.listeners()
+            ]
+        return parse_listeners(value)
+
+    @property
+    def log_dir(self) -> Path:
+        dirs = self.props.get("log.dirs") or self.props.get("log.dir") or "./tidegate-data"
+        return Path(dirs.split(",")[0].strip())
+
+    def items(self) -> list[tuple[str, str]]:
+        return sorted(self.props.items())

@@ -1,0 +1,173 @@
+"""A cheap structural pre-check of request bodies before kio decodes them.
+
+kio's native decoder reserves memory for an array from its declared length before
+reading the elements, so a garbled or hostile request declaring 2^31 elements makes
+the process abort on allocation (seen with kio 0.6.5). `check(cls, buf, pos)` walks
+the schema of `cls` over the bytes without building anything and rejects any length
+(array, string, bytes, tagged field) that claims more than the bytes left. After it
+passes, every array length is bounded by the frame size, which is bounded by
+`socket.request.max.bytes`.
+
+The walk costs O(number of fields), independent of record payload sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    is_optional,
+)
+
+_FIXED = {
+    "int8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4,
+    "uint32": 4, "timedelta_i32": 4, "int64": 8, "uint64": 8, "float64": 8,
+    "timedelta_i64": 8, "datetime_i64": 8, "uuid": 16,
+}
+
+
+class GuardError(Exception):
+    pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _F:
+    kind: str  # "fixed", "string", "bytes", "entity", "entities", "prims"
+    kafka_type: str
+    size: int
+    sub: Any
+    optional: bool
+
+
+@functools.cache
+def _plan(cls: type[Any]) -> tuple[tuple[_F, ...], dict[int, _F], bool]:
+    flexible = bool(getattr(cls, "__flexible__", False))
+    regular: list[_F] = []
+    tagged: dict[int, _F] = {}
+    for f in dataclasses.fields(cls):
+        cl = classify_field(f)
+        kt = f.metadata.get("kafka_type", "")
+        if isinstance(cl, EntityTupleField):
+            spec = _F("entities", kt, 0, cl.type_, True)
+        elif isinstance(cl, EntityField):
+            spec = _F("entity", kt, 0, cl.type_, is_optional(f))
+        elif isinstance(cl, PrimitiveTupleField):
+            spec = _F("prims", kt, _FIXED.get(kt, 0), None, True)
+        elif kt in _FIXED:
+            spec = _F("fixed", kt, _FIXED[kt], None, False)
+        elif kt == "string":
+            spec = _F("string", kt, 0, None, True)
+        elif kt in ("bytes", "records"):
+            spec = _F("bytes", kt, 0, None, True)
+        else:
+            spec = _F("fixed", kt, 0, None, False)
+        tag = f.metadata.get("tag")
+        if tag is not None:
+            tagged[int(tag)] = spec
+        else:
+            regular.append(spec)
+    return tuple(regular), tagged, flexible
+
+
+def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise GuardError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise GuardError("varint too long")
+
+
+def _int(buf: bytes, pos: int, size: int, end: int) -> int:
+    if pos + size > end:
+        raise GuardError("truncated integer")
+    return int.from_bytes(buf[pos : pos + size], "big", signed=True)
+
+
+def _length(buf: bytes, pos: int, end: int, flexible: bool, size: int) -> tuple[int, int]:
+    """Read a length prefix; -1 means null. `size` is 2 or 4 for legacy prefixes."""
+    if flexible:
+        n, pos = _uvarint(buf, pos, end)
+        return n - 1, pos
+    return _int(buf, pos, size, end), pos + size
+
+
+def _walk(cls: type[Any], buf: bytes, pos: int, end: int, flexible_override: bool | None) -> int:
+    regular, tagged, flexible = _plan(cls)
+    if flexible_override is not None:
+        flexible = flexible_override
+    for spec in regular:
+        pos = _field(spec, buf, pos, end, flexible)
+    if flexible:
+        count, pos = _uvarint(buf, pos, end)
+        if count > end - pos:
+            raise GuardError(f"{count} tagged fields in {end - pos} bytes")
+        for _ in range(count):
+            tag, pos = _uvarint(buf, pos, end)
+            size, pos = _uvarint(buf, pos, end)
+            if size > end - pos:
+                raise GuardError(f"tagged field {tag} of {size} bytes runs past the end")
+            spec = tagged.get(tag)
+            if spec is not None:
+                _field(spec, buf, pos, pos + size, flexible)
+            pos += size
+    return pos
+
+
+def _field(spec: _F, buf: bytes, pos: int, end: int, flexible: bool) -> int:
+    kind = spec.kind
+    if kind == "fixed":
+        pos += spec.size
+    elif kind == "string":
+        n, pos = _length(buf, pos, end, flexible, 2)
+        if n > 0:
+            pos += n
+    elif kind == "bytes":
+        n, pos = _length(buf, pos, end, flexible, 4)
+        if n > 0:
+            pos += n
+    elif kind == "entity":
+        if spec.optional:
+            # Nullable nested structs carry a presence byte (-1 null, 1 present).
+            marker = _int(buf, pos, 1, end)
+            pos += 1
+            if marker < 0:
+                return pos
+        pos = _walk(spec.sub, buf, pos, end, None)
+    else:
+        n, pos = _length(buf, pos, end, flexible, 4)
+        if n > 0:
+            if kind == "prims" and spec.size:
+                if n * spec.size > end - pos:
+                    raise GuardError(f"array of {n} x {spec.size} bytes runs past the end")
+                pos += n * spec.size
+            else:
+                if n > end - pos:
+                    raise GuardError(f"array of {n} elements in {end - pos} bytes")
+                for _ in range(n):
+                    if kind == "entities":
+                        pos = _walk(spec.sub, buf, pos, end, None)
+                    else:
+                        pos = _field(_F("string" if spec.kafka_type == "string" else "bytes",
+                                        spec.kafka_type, 0, None, True), buf, pos, end, flexible)
+    if pos > end:
+        raise GuardError("field runs past the end of the request")
+    return pos
+
+
+def check(cls: type[Any], buf: bytes, pos: int = 0) -> None:
+    """Raise GuardError if any declared length in the body exceeds the bytes present."""
+    _walk(cls, buf, pos, len(buf), None)

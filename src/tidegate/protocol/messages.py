@@ -1,0 +1,182 @@
+"""Kafka message classes from `kio`: lookup, decode, encode, and a version-free builder.
+
+kio generates one frozen dataclass per (API, version). Handlers should not care which
+version they answer, so `build(cls, data)` constructs any entity from plain values:
+nested mappings become nested entities, sequences of mappings become entity tuples,
+integer milliseconds become timedeltas/datetimes where the schema wants them, and
+fields the version lacks are ignored while fields it needs but `data` lacks get their
+schema default (or a zero value). Requests are read with `view(entity, name, default)`
+for the same reason: a field missing in an old version reads as the default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+)
+from kio.static.protocol import Entity
+
+from tidegate.protocol import guard
+from tidegate.protocol.guard import GuardError
+
+E = TypeVar("E")
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+class DecodeError(Exception):
+    """A request body could not be decoded at the version its header names."""
+
+
+@functools.cache
+def request_class(api_key: int, version: int) -> type[Entity]:
+    return cast(type[Entity], load_request_schema(api_key, version))
+
+
+@functools.cache
+def response_class(api_key: int, version: int) -> type[Entity]:
+    return cast(type[Entity], load_response_schema(api_key, version))
+
+
+@functools.cache
+def is_flexible(api_key: int, version: int) -> bool:
+    return bool(getattr(request_class(api_key, version), "__flexible__", False))
+
+
+@functools.cache
+def _reader(cls: type[Entity]) -> Callable[[bytes, int], tuple[Entity, int]]:
+    return cast(Callable[[bytes, int], tuple[Entity, int]], entity_reader(cls))
+
+
+@functools.cache
+def _writer(cls: type[Entity]) -> Callable[[io.BytesIO, Entity], None]:
+    return cast(Callable[[io.BytesIO, Entity], None], entity_writer(cls))
+
+
+def decode(cls: type[Entity], buf: bytes, pos: int = 0) -> Entity:
+    """Decode a whole body; trailing garbage or truncation is a DecodeError."""
+    try:
+        guard.check(cls, buf, pos)
+    except GuardError as e:
+        raise DecodeError(f"malformed {cls.__name__}: {e}") from e
+    try:
+        entity, size = _reader(cls)(buf[pos:] if pos else buf, 0)
+    except Exception as e:  # kio raises a variety of errors on malformed input
+        raise DecodeError(f"cannot decode {cls.__name__}: {e}") from e
+    if size != len(buf) - pos:
+        raise DecodeError(
+            f"{cls.__name__} body has {len(buf) - pos - size} unexpected trailing bytes"
+        )
+    return entity
+
+
+def encode(entity: Entity) -> bytes:
+    out = io.BytesIO()
+    _writer(type(entity))(out, entity)
+    return out.getvalue()
+
+
+@functools.cache
+def _fields(cls: type[Any]) -> tuple[tuple[str, Any, Any, str, Any], ...]:
+    """(name, classification, default, kafka_type, default_factory) per field."""
+    result = []
+    for f in dataclasses.fields(cls):
+        cl = classify_field(f)
+        kafka_type = f.metadata.get("kafka_type", "")
+        result.append((f.name, cl, f.default, kafka_type, f.default_factory))
+    return tuple(result)
+
+
+def _zero(kafka_type: str) -> object:
+    if kafka_type in ("string",):
+        return ""
+    if kafka_type == "bool":
+        return False
+    if kafka_type in ("timedelta_i32", "timedelta_i64"):
+        return datetime.timedelta(0)
+    if kafka_type == "error_code":
+        return ErrorCode.none
+    if kafka_type == "uuid":
+        return uuid.UUID(int=0)
+    if kafka_type in ("bytes", "records"):
+        return b""
+    if kafka_type == "float64":
+        return 0.0
+    if kafka_type == "datetime_i64":
+        return _EPOCH
+    return 0
+
+
+def _convert(kafka_type: str, value: object) -> object:
+    if value is None:
+        return None
+    if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
+        return datetime.timedelta(milliseconds=value)
+    if kafka_type == "datetime_i64" and isinstance(value, int):
+        return _EPOCH + datetime.timedelta(milliseconds=value)
+    if kafka_type == "error_code" and not isinstance(value, ErrorCode):
+        return ErrorCode(cast(int, value))
+    return value
+
+
+def build(cls: type[E], data: Mapping[str, Any]) -> E:
+    """Construct entity `cls` from plain values (see the module docstring)."""
+    kwargs: dict[str, Any] = {}
+    for name, cl, default, kafka_type, factory in _fields(cls):
+        if name in data:
+            value = data[name]
+            if isinstance(cl, EntityTupleField):
+                if value is not None:
+                    value = tuple(
+                        v if isinstance(v, cl.type_) else build(cl.type_, v)
+                        for v in cast(Sequence[Any], value)
+                    )
+            elif isinstance(cl, EntityField):
+                if value is not None and not isinstance(value, cl.type_):
+                    value = build(cl.type_, value)
+            elif isinstance(cl, PrimitiveTupleField):
+                if value is not None:
+                    value = tuple(_convert(kafka_type, v) for v in value)
+            elif isinstance(cl, PrimitiveField):
+                value = _convert(kafka_type, value)
+            kwargs[name] = value
+        elif default is not dataclasses.MISSING:
+            continue
+        elif factory is not dataclasses.MISSING:
+            continue
+        elif isinstance(cl, EntityTupleField | PrimitiveTupleField):
+            kwargs[name] = ()
+        elif isinstance(cl, EntityField):
+            kwargs[name] = None
+        else:
+            kwargs[name] = _zero(kafka_type)
+    return cls(**kwargs)
+
+
+def view(entity: object, name: str, default: Any = None) -> Any:
+    """Read a request field that older versions may lack."""
+    return getattr(entity, name, default)
+
+
+def ms(value: object) -> int:
+    """Milliseconds of a kio timedelta/datetime field (or an int)."""
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    if isinstance(value, datetime.datetime):
+        return int((value - _EPOCH) / datetime.timedelta(milliseconds=1))
+    return int(cast(int, value))

@@ -1,0 +1,111 @@
+"""Run a broker: load the logs, listen, run the background chores, stop cleanly.
+
+`run_broker(config)` is what `tidegate serve` calls. It installs uvloop when present,
+recovers every partition (logging progress), binds the listeners, prints where it
+listens, then runs retention (`log.retention.check.interval.ms`), the log cleaner
+(`log.cleaner.backoff.ms`) and the time-based flush (`log.flush.interval.ms`) until
+SIGTERM/SIGINT, when it stops accepting, flushes and closes every log cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+
+from tidegate.common.config import BrokerConfig
+from tidegate.server.broker import Broker
+from tidegate.server.listener import Listener
+
+log = logging.getLogger("tidegate.server")
+
+
+class BrokerApp:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker = Broker(config)
+        self.listener = Listener(self.broker)
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.bound: list[tuple[str, int]] = []
+
+    async def start(self) -> list[tuple[str, int]]:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.broker.load)
+        self.bound = await self.listener.start()
+        interval = (self.config.get_int("log.retention.check.interval.ms", 300000) or 300000)
+        self._tasks.append(asyncio.create_task(self._every(interval, self._retention)))
+        if self.config.get_bool("log.cleaner.enable"):
+            backoff = self.config.get_int("log.cleaner.backoff.ms", 15000) or 15000
+            self._tasks.append(asyncio.create_task(self._every(backoff, self._clean)))
+        sched = self.config.get_int("log.flush.scheduler.interval.ms", 1000) or 1000
+        self._tasks.append(asyncio.create_task(self._every(sched, self._timed_flush)))
+        return self.bound
+
+    async def _every(self, interval_ms: int, job: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await loop.run_in_executor(None, job)
+            except Exception:
+                log.exception("background job %s failed", job.__name__)
+
+    def _retention(self) -> None:
+        self.broker.logs.run_retention(self.broker.clock.now_ms())
+
+    def _clean(self) -> None:
+        self.broker.logs.run_cleaner(self.broker.clock.now_ms())
+
+    def _timed_flush(self) -> None:
+        now = self.broker.clock.now_ms()
+        for _topic, _p, lg in list(self.broker.logs.logs()):
+            flush_ms = lg.config.flush_ms
+            if self.broker.syncs_every_write(lg) or flush_ms <= 0:
+                continue
+            if lg.recovery_point < lg.log_end_offset and now - lg.last_flush_ms >= flush_ms:
+                lg.flush()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def serve_forever(self) -> None:
+        await self._stop.wait()
+
+    async def stop(self) -> None:
+        log.info("shutting down")
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.listener.stop()
+        await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
+        log.info("stopped cleanly")
+
+
+async def _main(config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]], None]) -> None:
+    app = BrokerApp(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, app.request_stop)
+    bound = await app.start()
+    on_ready(bound)
+    try:
+        await app.serve_forever()
+    finally:
+        await app.stop()
+
+
+def run_broker(config: BrokerConfig,
+               on_ready: Callable[[list[tuple[str, int]]], None] = lambda _: None) -> None:
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    runner(_main(config, on_ready))

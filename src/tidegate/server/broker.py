@@ -1,0 +1,145 @@
+"""The broker: configuration, the partition logs, durability, and the fetch wake-ups.
+
+Handlers receive the `Broker` and use it as their only way to the storage layer, so
+the rules that tie storage to the protocol live here: when the high watermark moves
+(after fsync when every write is flushed, right after append otherwise), and which
+long-polling fetches to wake when it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable
+
+from tidegate.common.clock import Clock, SystemClock
+from tidegate.common.config import BrokerConfig
+from tidegate.server.durability import Flushable, GroupCommit
+from tidegate.storage.config import LogConfig, topic_defaults_from_broker
+from tidegate.storage.log import Log
+from tidegate.storage.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.node_id = config.node_id
+        self.log_defaults: LogConfig = topic_defaults_from_broker(config.props)
+        self.logs = LogManager(config.log_dir, self.log_defaults, self.clock,
+                               node_id=self.node_id, cluster_id=config.get("cluster.id") or None)
+        self.group_commit = GroupCommit(self._on_flushed)
+        self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self._log_tp: dict[int, TopicPartition] = {}
+        self.started_at = self.clock.monotonic()
+        from tidegate.server.dispatch import default_dispatcher
+
+        self.dispatcher = default_dispatcher()
+
+    @property
+    def cluster_id(self) -> str:
+        return self.logs.cluster_id
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def load(self) -> None:
+        self.logs.load(progress=lambda msg: log.info("%s", msg))
+        for topic, partition, lg in self.logs.logs():
+            self._log_tp[id(lg)] = (topic, partition)
+            lg.high_watermark = lg.log_end_offset
+
+    def close(self) -> None:
+        self.logs.close()
+
+    # -- durability and the high watermark -------------------------------------------
+
+    def syncs_every_write(self, lg: Log) -> bool:
+        return lg.config.flush_messages <= 1
+
+    def after_append(self, topic: str, partition: int, lg: Log) -> None:
+        """Called after each append: advance HW now, or once the data is fsynced."""
+        self._log_tp[id(lg)] = (topic, partition)
+        if self.syncs_every_write(lg):
+            self.group_commit.mark_dirty(lg)
+        else:
+            self._advance_hw(lg, lg.log_end_offset)
+
+    async def wait_durable(self, lg: Log, offset: int) -> None:
+        if self.syncs_every_write(lg):
+            await self.group_commit.wait_durable(lg, offset)
+
+    def _on_flushed(self, target: Flushable, recovery_point: int) -> None:
+        if isinstance(target, Log) and self.syncs_every_write(target):
+            self._advance_hw(target, recovery_point)
+
+    def _advance_hw(self, lg: Log, hw: int) -> None:
+        hw = min(hw, lg.log_end_offset)
+        if hw > lg.high_watermark:
+            lg.high_watermark = hw
+            tp = self._log_tp.get(id(lg))
+            if tp is not None:
+                self._notify(tp)
+
+    # -- fetch wake-ups --------------------------------------------------------------
+
+    def _notify(self, tp: TopicPartition) -> None:
+        for fut in self._watchers.pop(tp, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_for_data(self, tps: Iterable[TopicPartition], timeout: float) -> None:
+        """Sleep until one of `tps` gets new committed data, or `timeout` seconds."""
+        if timeout <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = list(tps)
+        for tp in keys:
+            self._watchers.setdefault(tp, set()).add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            for tp in keys:
+                watchers = self._watchers.get(tp)
+                if watchers is not None:
+                    watchers.discard(fut)
+                    if not watchers:
+                        del self._watchers[tp]
+
+    # -- topics ----------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get_log(topic, partition)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> uuid.UUID:
+        meta = self.logs.create_topic(name, partitions, configs)
+        for p in range(meta.partitions):
+            lg = self.logs.get_log(name, p)
+            if lg is not None:
+                self._log_tp[id(lg)] = (name, p)
+        log.info("created topic %s with %d partitions", name, partitions)
+        return meta.topic_id
+
+    def delete_topic(self, name: str) -> None:
+        meta = self.logs.topics.get(name)
+        if meta is not None:
+            for p in range(meta.partitions):
+                lg = self.logs.get_log(name, p)
+                if lg is not None:
+                    self.group_commit.forget(lg)
+                    self._log_tp.pop(id(lg), None)
+                self._notify((name, p))
+        self.logs.delete_topic(name)
+        log.info("deleted topic %s", name)
+
+    def auto_create_enabled(self) -> bool:
+        return self.config.get_bool("auto.create.topics.enable")
+
+    def default_partitions(self) -> int:
+        return self.config.get_int("num.partitions", 1) or 1

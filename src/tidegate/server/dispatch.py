@@ -1,0 +1,70 @@
+"""The ApiKey -> handler table and the versions Tidegate advertises.
+
+A handler is `async (broker, ctx, request) -> response | None` (None: send nothing,
+as for acks=0 produce). The advertised range of each API is what the handler
+implements, clipped to the versions `kio` can encode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.index import api_key_map, schema_name_map
+
+if TYPE_CHECKING:
+    from tidegate.server.broker import Broker
+    from tidegate.server.context import RequestContext
+
+Handler = Callable[["Broker", "RequestContext", Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+def kio_range(api_key: int) -> tuple[int, int]:
+    versions = sorted(schema_name_map[api_key_map[api_key]].keys())
+    return versions[0], versions[-1]
+
+
+class Dispatcher:
+    def __init__(self) -> None:
+        self.apis: dict[int, Api] = {}
+
+    def register(self, api_key: int, handler: Handler, min_v: int, max_v: int) -> None:
+        lo, hi = kio_range(api_key)
+        lo, hi = max(lo, min_v), min(hi, max_v)
+        self.apis[api_key] = Api(api_key, api_key_map[api_key], lo, hi, handler)
+
+    def supports(self, api_key: int, version: int) -> bool:
+        api = self.apis.get(api_key)
+        return api is not None and api.min_version <= version <= api.max_version
+
+
+def default_dispatcher() -> Dispatcher:
+    from tidegate.server.handlers import admin, api_versions, configs, fetch, metadata, produce
+    from tidegate.server.handlers import offsets
+
+    d = Dispatcher()
+    d.register(18, api_versions.handle, 0, 4)
+    d.register(3, metadata.handle, 0, 13)
+    d.register(0, produce.handle, 3, 12)
+    d.register(1, fetch.handle, 4, 17)
+    d.register(2, offsets.handle_list_offsets, 1, 10)
+    d.register(23, offsets.handle_offset_for_leader_epoch, 2, 4)
+    d.register(21, offsets.handle_delete_records, 0, 2)
+    d.register(19, admin.handle_create_topics, 2, 7)
+    d.register(20, admin.handle_delete_topics, 1, 6)
+    d.register(37, admin.handle_create_partitions, 0, 3)
+    d.register(60, admin.handle_describe_cluster, 0, 1)
+    d.register(32, configs.handle_describe_configs, 1, 4)
+    d.register(33, configs.handle_alter_configs, 0, 2)
+    d.register(44, configs.handle_incremental_alter_configs, 0, 1)
+    return d

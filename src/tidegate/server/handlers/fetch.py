@@ -1,0 +1,118 @@
+"""Fetch: read whole batches up to the high watermark, long-polling for new data.
+
+Limits follow Kafka (KIP-74): `partition_max_bytes` per partition and `max_bytes` for
+the response, except that the first non-empty partition always returns at least one
+whole batch so a consumer can make progress past a batch bigger than its limits. If
+fewer than `min_bytes` are available the request waits up to `max_wait_ms` for the
+high watermark of any requested partition to move, then reads again.
+
+Fetch sessions (KIP-227): the broker answers session id 0, which tells clients that
+no session was created, so every fetch is a full fetch. All clients we test handle
+that, and it keeps no per-client state in the broker.
+
+`isolation_level` is accepted; until transactions exist the last stable offset is
+the high watermark and no aborted transactions are reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.protocol.messages import build, ms, view
+from tidegate.server.broker import Broker
+from tidegate.server.context import RequestContext
+from tidegate.server.handlers.common import ZERO_UUID, error_fields, resolve_topic
+
+log = logging.getLogger(__name__)
+
+READ_COMMITTED = 1
+
+
+def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, Any]], int, bool]:
+    remaining = max(int(view(req, "max_bytes", 2**31 - 1)), 0)
+    total = 0
+    any_error = False
+    topics_out: list[dict[str, Any]] = []
+    first_data = True
+    for topic in req.topics:
+        name, topic_id = resolve_topic(broker, topic)
+        parts_out = []
+        for p in topic.partitions:
+            index = int(p.partition)
+            lg = broker.get_log(name, index) if name else None
+            out: dict[str, Any] = {
+                "partition_index": index,
+                "error_code": ErrorCode.none,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": [] if isolation == READ_COMMITTED else None,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            if lg is None:
+                out["error_code"] = (ErrorCode.unknown_topic_id
+                                     if name is None and topic_id is not None
+                                     else ErrorCode.unknown_topic_or_partition)
+                any_error = True
+                parts_out.append(out)
+                continue
+            hw = lg.high_watermark
+            out["high_watermark"] = hw
+            out["last_stable_offset"] = hw
+            out["log_start_offset"] = lg.log_start_offset
+            offset = int(p.fetch_offset)
+            limit = min(int(p.partition_max_bytes), remaining)
+            try:
+                if offset > lg.log_end_offset or offset < lg.log_start_offset:
+                    raise KafkaError(
+                        f"offset {offset} is outside {lg.log_start_offset}..{lg.log_end_offset}",
+                        code=ErrorCode.offset_out_of_range)
+                if offset >= hw or (limit <= 0 and not first_data):
+                    data = b""
+                else:
+                    data = lg.read(offset, limit, max_offset=hw, min_one_batch=first_data)
+            except KafkaError as e:
+                out["error_code"], _ = error_fields(e)
+                any_error = True
+                parts_out.append(out)
+                continue
+            if data:
+                first_data = False
+                total += len(data)
+                remaining = max(remaining - len(data), 0)
+            out["records"] = data
+            parts_out.append(out)
+        topics_out.append({"topic": name or "", "topic_id": topic_id or ZERO_UUID,
+                           "partitions": parts_out})
+    return topics_out, total, any_error
+
+
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    isolation = int(view(req, "isolation_level", 0))
+    topics_out, total, any_error = _read_all(broker, req, isolation)
+    min_bytes = int(req.min_bytes)
+    wait_ms = ms(req.max_wait)
+    if total < max(min_bytes, 1) and not any_error and wait_ms > 0 and topics_out:
+        tps = []
+        for topic in req.topics:
+            name, _ = resolve_topic(broker, topic)
+            if name:
+                tps.extend((name, int(p.partition)) for p in topic.partitions)
+        deadline = broker.clock.monotonic() + wait_ms / 1000
+        while True:
+            left = deadline - broker.clock.monotonic()
+            if left <= 0:
+                break
+            await broker.wait_for_data(tps, left)
+            topics_out, total, any_error = _read_all(broker, req, isolation)
+            if total >= min_bytes or any_error:
+                break
+    return build(ctx.response_class, {
+        "throttle_time": 0,
+        "error_code": 0,
+        "session_id": 0,
+        "responses": topics_out,
+    })

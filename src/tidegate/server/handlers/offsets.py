@@ -1,0 +1,123 @@
+"""ListOffsets, OffsetForLeaderEpoch and DeleteRecords: questions about log positions.
+
+ListOffsets special timestamps (Kafka's): -1 latest (the high watermark; the last
+stable offset for read_committed), -2 earliest, -3 max timestamp (KIP-734), -4
+earliest local (KIP-405), -5 earliest tiered: with no tiered storage, -4 and -5 equal
+-2. Any other timestamp finds the first offset whose timestamp is >= it.
+
+Every partition has had one leader (this node) at epoch 0, so OffsetForLeaderEpoch
+answers the log end offset for any epoch >= 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.protocol.messages import build, view
+from tidegate.server.broker import Broker
+from tidegate.server.context import RequestContext
+from tidegate.server.handlers.common import error_fields
+from tidegate.server.handlers.metadata import LEADER_EPOCH
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_TIERED = -1, -2, -3, -4, -5
+
+
+def _check_epoch(current: int) -> ErrorCode:
+    if current < 0 or current == LEADER_EPOCH:
+        return ErrorCode.none
+    return (ErrorCode.fenced_leader_epoch if current < LEADER_EPOCH
+            else ErrorCode.unknown_leader_epoch)
+
+
+async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            index = int(p.partition_index)
+            out: dict[str, Any] = {"partition_index": index, "error_code": 0,
+                                   "timestamp": -1, "offset": -1, "leader_epoch": -1,
+                                   "old_style_offsets": []}
+            lg = broker.get_log(t.name, index)
+            if lg is None:
+                out["error_code"] = ErrorCode.unknown_topic_or_partition
+                parts.append(out)
+                continue
+            code = _check_epoch(int(view(p, "current_leader_epoch", -1)))
+            if code != ErrorCode.none:
+                out["error_code"] = code
+                parts.append(out)
+                continue
+            ts = int(p.timestamp)
+            try:
+                if ts == LATEST:
+                    out["offset"] = lg.high_watermark
+                elif ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_TIERED):
+                    out["offset"] = lg.log_start_offset
+                elif ts == MAX_TIMESTAMP:
+                    if lg.high_watermark > lg.log_start_offset:
+                        max_ts, max_off = lg.max_timestamp_and_offset()
+                        out["timestamp"], out["offset"] = max_ts, max_off
+                elif ts < 0:
+                    out["error_code"] = ErrorCode.invalid_request
+                else:
+                    found = lg.offset_for_timestamp(ts)
+                    if found is not None and found[0] < lg.high_watermark:
+                        out["offset"], out["timestamp"] = found
+            except KafkaError as e:
+                out["error_code"], _ = error_fields(e)
+            if out["offset"] >= 0:
+                out["leader_epoch"] = LEADER_EPOCH
+            parts.append(out)
+        topics.append({"name": t.name, "partitions": parts})
+    return build(ctx.response_class, {"throttle_time": 0, "topics": topics})
+
+
+async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            index = int(p.partition)
+            out: dict[str, Any] = {"error_code": 0, "partition": index,
+                                   "leader_epoch": -1, "end_offset": -1}
+            lg = broker.get_log(t.topic, index)
+            if lg is None:
+                out["error_code"] = ErrorCode.unknown_topic_or_partition
+            else:
+                code = _check_epoch(int(view(p, "current_leader_epoch", -1)))
+                if code != ErrorCode.none:
+                    out["error_code"] = code
+                elif int(p.leader_epoch) >= LEADER_EPOCH:
+                    out["leader_epoch"] = LEADER_EPOCH
+                    out["end_offset"] = lg.log_end_offset
+            parts.append(out)
+        topics.append({"topic": t.topic, "partitions": parts})
+    return build(ctx.response_class, {"throttle_time": 0, "topics": topics})
+
+
+async def handle_delete_records(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            index = int(p.partition_index)
+            out: dict[str, Any] = {"partition_index": index, "low_watermark": -1,
+                                   "error_code": 0}
+            lg = broker.get_log(t.name, index)
+            if lg is None:
+                out["error_code"] = ErrorCode.unknown_topic_or_partition
+            else:
+                offset = int(p.offset)
+                if offset == -1:
+                    offset = lg.high_watermark
+                try:
+                    if offset < 0 or offset > lg.high_watermark:
+                        raise KafkaError(code=ErrorCode.offset_out_of_range)
+                    out["low_watermark"] = lg.delete_records_before(offset)
+                except KafkaError as e:
+                    out["error_code"], _ = error_fields(e)
+            parts.append(out)
+        topics.append({"name": t.name, "partitions": parts})
+    return build(ctx.response_class, {"throttle_time": 0, "topics": topics})

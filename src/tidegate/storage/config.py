@@ -1,0 +1,476 @@
+"""Topic-level log configuration with Kafka's names, types, defaults and validators.
+
+`TOPIC_CONFIG_KEYS` describes every key Kafka accepts on a topic (name, type, default,
+doc, validator), so DescribeConfigs can list them and CreateTopics / AlterConfigs can
+reject bad values with Kafka's wording. `LogConfig` is the typed, validated, immutable
+result. `topic_defaults_from_broker` maps broker keys (`log.retention.hours`, ...) to
+topic defaults the way Kafka's `LogConfig.extractLogConfigMap` does.
+
+Invariants: a `LogConfig` instance always holds valid values (checked in
+`__post_init__`); unknown keys and invalid values raise `InvalidConfigError` naming the
+key and what is allowed. Keys Kafka accepts but Tidegate does not act on (replication,
+tiered storage, down-conversion, preallocate, jitter) are accepted and stored so clients
+that set them keep working.
+
+One deliberate default differs from Kafka: `flush.messages` is 1 (Kafka: Long.MAX_VALUE),
+matching the broker's `log.flush.interval.messages=1`: a single node has no replicas to
+fall back on, so acknowledged writes are fsynced (the server group-commits them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from tidegate.common.errors import InvalidConfigError
+
+__all__ = [
+    "BROKER_SYNONYMS",
+    "LONG_MAX",
+    "TOPIC_CONFIG_KEYS",
+    "ConfigKey",
+    "ConfigType",
+    "LogConfig",
+    "topic_defaults_from_broker",
+]
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+ConfigValue = bool | int | float | str | tuple[str, ...]
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs `config_type` codes (KIP-569)."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class Validator(Protocol):
+    def problem(self, value: ConfigValue) -> str | None:
+        """Why `value` is not allowed, or None if it is."""
+        ...
+
+    def describe(self) -> str:
+        """Kafka's "Valid Values" text."""
+        ...
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float | None = None
+    high: float | None = None
+
+    def problem(self, value: ConfigValue) -> str | None:
+        assert isinstance(value, int | float)
+        if self.low is not None and value < self.low:
+            return f"Value must be at least {_num(self.low)}"
+        if self.high is not None and value > self.high:
+            return f"Value must be no more than {_num(self.high)}"
+        return None
+
+    def describe(self) -> str:
+        low = "..." if self.low is None else _num(self.low)
+        return f"[{low},...]" if self.high is None else f"[{low},...,{_num(self.high)}]"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    values: tuple[str, ...]
+
+    def problem(self, value: ConfigValue) -> str | None:
+        if isinstance(value, tuple):
+            bad = [v for v in value if v not in self.values]
+            if not value:
+                return f"Empty list, allowed values are: {', '.join(self.values)}"
+            return f"allowed values are: {', '.join(self.values)}" if bad else None
+        if value in self.values:
+            return None
+        return f"String must be one of: {', '.join(self.values)}"
+
+    def describe(self) -> str:
+        return "[" + ", ".join(self.values) + "]"
+
+
+@dataclass(frozen=True)
+class RangeOr:
+    """A number in [low, high] or one special value (Kafka's `between(..) or -1`)."""
+
+    low: int
+    high: int
+    special: int
+
+    def problem(self, value: ConfigValue) -> str | None:
+        assert isinstance(value, int)
+        if value == self.special or self.low <= value <= self.high:
+            return None
+        return f"Value must be {self.special} or in [{self.low},...,{self.high}]"
+
+    def describe(self) -> str:
+        return f"[{self.low},...,{self.high}] or {self.special}"
+
+
+@dataclass(frozen=True)
+class Anything:
+    def problem(self, value: ConfigValue) -> str | None:
+        return None
+
+    def describe(self) -> str:
+        return ""
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    type: ConfigType
+    default: ConfigValue
+    doc: str
+    validator: Validator
+
+    @property
+    def attr(self) -> str:
+        """The `LogConfig` field holding this key."""
+        return self.name.replace(".", "_")
+
+    @property
+    def valid_values(self) -> str:
+        return self.validator.describe()
+
+    def parse(self, raw: str, *, source: str | None = None) -> ConfigValue:
+        """Parse and validate a string value; InvalidConfigError names `source` (the
+        key as the user wrote it, e.g. a broker synonym) or this key."""
+        text = raw.strip()
+        value: ConfigValue
+        try:
+            if self.type == ConfigType.BOOLEAN:
+                if text.lower() not in ("true", "false"):
+                    raise ValueError
+                value = text.lower() == "true"
+            elif self.type in (ConfigType.INT, ConfigType.LONG):
+                value = int(text)
+                limit = INT_MAX if self.type == ConfigType.INT else LONG_MAX
+                if not -limit - 1 <= value <= limit:
+                    raise ValueError
+            elif self.type == ConfigType.DOUBLE:
+                value = float(text)
+            elif self.type == ConfigType.LIST:
+                value = tuple(item.strip() for item in text.split(",") if item.strip())
+            else:
+                value = text
+        except ValueError:
+            raise InvalidConfigError(
+                f"Invalid value {raw} for configuration {source or self.name}: "
+                f"Not a number of type {self.type.name}"
+                if self.type != ConfigType.BOOLEAN
+                else f"Invalid value {raw} for configuration {source or self.name}: "
+                "Expected value to be either true or false"
+            ) from None
+        self.check(value, source=source)
+        return value
+
+    def check(self, value: ConfigValue, *, source: str | None = None) -> None:
+        problem = self.validator.problem(value)
+        if problem is not None:
+            raise InvalidConfigError(
+                f"Invalid value {self.format(value)} for configuration "
+                f"{source or self.name}: {problem}"
+            )
+
+    def format(self, value: ConfigValue) -> str:
+        """The value as Kafka shows it in DescribeConfigs."""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, tuple):
+            return ",".join(value)
+        return str(value)
+
+
+_T = ConfigType
+_COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("cleanup.policy", _T.LIST, ("delete",),
+              "delete (retention by time/size), compact (keep the latest value per key), "
+              "or both.", OneOf(("compact", "delete"))),
+    ConfigKey("compression.type", _T.STRING, "producer",
+              "Codec of stored batches; producer keeps the producer's (Tidegate stores "
+              "batches as produced).", OneOf(_COMPRESSION)),
+    ConfigKey("compression.gzip.level", _T.INT, -1, "gzip level when recompressing.",
+              RangeOr(1, 9, -1)),
+    ConfigKey("compression.lz4.level", _T.INT, 9, "lz4 level when recompressing.",
+              Range(1, 17)),
+    ConfigKey("compression.zstd.level", _T.INT, 3, "zstd level when recompressing.",
+              Range(-131072, 22)),
+    ConfigKey("delete.retention.ms", _T.LONG, 86400000,
+              "How long tombstones are kept after compaction first sees them.", Range(0)),
+    ConfigKey("file.delete.delay.ms", _T.LONG, 60000,
+              "Accepted; Tidegate deletes files at once (reads copy the bytes).", Range(0)),
+    ConfigKey("flush.messages", _T.LONG, 1,
+              "Records appended between fsyncs (Kafka: Long.MAX_VALUE; see module doc).",
+              Range(1)),
+    ConfigKey("flush.ms", _T.LONG, LONG_MAX, "Max ms data stays unflushed.", Range(0)),
+    ConfigKey("follower.replication.throttled.replicas", _T.LIST, (),
+              "Accepted; no replication throttling.", Anything()),
+    ConfigKey("index.interval.bytes", _T.INT, 4096,
+              "Bytes of log between offset index entries.", Range(0)),
+    ConfigKey("leader.replication.throttled.replicas", _T.LIST, (),
+              "Accepted; no replication throttling.", Anything()),
+    ConfigKey("local.retention.bytes", _T.LONG, -2, "Accepted; no tiered storage.", Range(-2)),
+    ConfigKey("local.retention.ms", _T.LONG, -2, "Accepted; no tiered storage.", Range(-2)),
+    ConfigKey("max.compaction.lag.ms", _T.LONG, LONG_MAX,
+              "Max time a record stays uncompacted.", Range(1)),
+    ConfigKey("max.message.bytes", _T.INT, 1048588, "Largest record batch accepted.",
+              Range(0)),
+    ConfigKey("message.downconversion.enable", _T.BOOLEAN, True,
+              "Accepted; Tidegate serves record batch v2 only.", Anything()),
+    ConfigKey("message.format.version", _T.STRING, "3.0-IV1",
+              "Deprecated; accepted and ignored.", Anything()),
+    ConfigKey("message.timestamp.after.max.ms", _T.LONG, LONG_MAX,
+              "How far in the future a CreateTime timestamp may be.", Range(0)),
+    ConfigKey("message.timestamp.before.max.ms", _T.LONG, LONG_MAX,
+              "How far in the past a CreateTime timestamp may be.", Range(0)),
+    ConfigKey("message.timestamp.difference.max.ms", _T.LONG, LONG_MAX,
+              "Deprecated: both limits at once when the two above are unset.", Range(0)),
+    ConfigKey("message.timestamp.type", _T.STRING, "CreateTime",
+              "CreateTime keeps the producer's timestamps; LogAppendTime stamps the "
+              "broker's time.", OneOf(("CreateTime", "LogAppendTime"))),
+    ConfigKey("min.cleanable.dirty.ratio", _T.DOUBLE, 0.5,
+              "Dirty share of the log that triggers compaction.", Range(0, 1)),
+    ConfigKey("min.compaction.lag.ms", _T.LONG, 0,
+              "Min time a record stays uncompacted.", Range(0)),
+    ConfigKey("min.insync.replicas", _T.INT, 1, "Accepted; one replica.", Range(1)),
+    ConfigKey("preallocate", _T.BOOLEAN, False, "Accepted; files grow as written.",
+              Anything()),
+    ConfigKey("remote.storage.enable", _T.BOOLEAN, False, "Accepted; no tiered storage.",
+              Anything()),
+    ConfigKey("retention.bytes", _T.LONG, -1,
+              "Max log size before old segments are deleted; -1 = no limit.", Anything()),
+    ConfigKey("retention.ms", _T.LONG, 604800000,
+              "Max age of a segment's newest record before it is deleted; -1 = forever.",
+              Range(-1)),
+    ConfigKey("segment.bytes", _T.INT, 1073741824, "Segment file size before rolling.",
+              Range(14)),
+    ConfigKey("segment.index.bytes", _T.INT, 10485760,
+              "Max size of a segment's offset and time index.", Range(4)),
+    ConfigKey("segment.jitter.ms", _T.LONG, 0, "Accepted; rolls are not jittered.", Range(0)),
+    ConfigKey("segment.ms", _T.LONG, 604800000,
+              "Roll a segment this long after its first record.", Range(1)),
+    ConfigKey("unclean.leader.election.enable", _T.BOOLEAN, False,
+              "Accepted; one replica.", Anything()),
+)
+
+TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
+_BY_ATTR: dict[str, ConfigKey] = {k.attr: k for k in _KEYS}
+
+
+def _int(name: str) -> int:
+    value = TOPIC_CONFIG_KEYS[name].default
+    assert isinstance(value, int) and not isinstance(value, bool)
+    return value
+
+
+def _str(name: str) -> str:
+    value = TOPIC_CONFIG_KEYS[name].default
+    assert isinstance(value, str)
+    return value
+
+
+def _bool(name: str) -> bool:
+    value = TOPIC_CONFIG_KEYS[name].default
+    assert isinstance(value, bool)
+    return value
+
+
+def _float(name: str) -> float:
+    value = TOPIC_CONFIG_KEYS[name].default
+    assert isinstance(value, float)
+    return value
+
+
+def _list(name: str) -> tuple[str, ...]:
+    value = TOPIC_CONFIG_KEYS[name].default
+    assert isinstance(value, tuple)
+    return value
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Validated topic configuration. Field = key with dots as underscores."""
+
+    cleanup_policy: tuple[str, ...] = _list("cleanup.policy")
+    compression_type: str = _str("compression.type")
+    compression_gzip_level: int = _int("compression.gzip.level")
+    compression_lz4_level: int = _int("compression.lz4.level")
+    compression_zstd_level: int = _int("compression.zstd.level")
+    delete_retention_ms: int = _int("delete.retention.ms")
+    file_delete_delay_ms: int = _int("file.delete.delay.ms")
+    flush_messages: int = _int("flush.messages")
+    flush_ms: int = _int("flush.ms")
+    follower_replication_throttled_replicas: tuple[str, ...] = _list(
+        "follower.replication.throttled.replicas"
+    )
+    index_interval_bytes: int = _int("index.interval.bytes")
+    leader_replication_throttled_replicas: tuple[str, ...] = _list(
+        "leader.replication.throttled.replicas"
+    )
+    local_retention_bytes: int = _int("local.retention.bytes")
+    local_retention_ms: int = _int("local.retention.ms")
+    max_compaction_lag_ms: int = _int("max.compaction.lag.ms")
+    max_message_bytes: int = _int("max.message.bytes")
+    message_downconversion_enable: bool = _bool("message.downconversion.enable")
+    message_format_version: str = _str("message.format.version")
+    message_timestamp_after_max_ms: int = _int("message.timestamp.after.max.ms")
+    message_timestamp_before_max_ms: int = _int("message.timestamp.before.max.ms")
+    message_timestamp_difference_max_ms: int = _int("message.timestamp.difference.max.ms")
+    message_timestamp_type: str = _str("message.timestamp.type")
+    min_cleanable_dirty_ratio: float = _float("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _int("min.compaction.lag.ms")
+    min_insync_replicas: int = _int("min.insync.replicas")
+    preallocate: bool = _bool("preallocate")
+    remote_storage_enable: bool = _bool("remote.storage.enable")
+    retention_bytes: int = _int("retention.bytes")
+    retention_ms: int = _int("retention.ms")
+    segment_bytes: int = _int("segment.bytes")
+    segment_index_bytes: int = _int("segment.index.bytes")
+    segment_jitter_ms: int = _int("segment.jitter.ms")
+    segment_ms: int = _int("segment.ms")
+    unclean_leader_election_enable: bool = _bool("unclean.leader.election.enable")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _BY_ATTR[f.name].check(getattr(self, f.name))
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise InvalidConfigError(
+                "Conflict topic config setting: min.compaction.lag.ms "
+                f"({self.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({self.max_compaction_lag_ms})"
+            )
+
+    @classmethod
+    def from_props(
+        cls, props: Mapping[str, str], defaults: LogConfig | None = None
+    ) -> LogConfig:
+        """`defaults` (or Kafka's defaults) overridden by topic-level `props`."""
+        changes: dict[str, ConfigValue] = {}
+        for name, raw in props.items():
+            key = TOPIC_CONFIG_KEYS.get(name)
+            if key is None:
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
+            changes[key.attr] = key.parse(raw)
+        return dataclasses.replace(defaults or cls(), **changes)  # type: ignore[arg-type]
+
+    def to_props(self) -> dict[str, str]:
+        """Every key with its value as a string, sorted by name (for DescribeConfigs)."""
+        return {k.name: k.format(getattr(self, k.attr)) for k in _KEYS}
+
+    def value_of(self, name: str) -> str:
+        key = TOPIC_CONFIG_KEYS.get(name)
+        if key is None:
+            raise InvalidConfigError(f"Unknown topic config name: {name}")
+        return key.format(getattr(self, key.attr))
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """Effective past limit: the deprecated difference key applies when unset."""
+        if self.message_timestamp_before_max_ms == LONG_MAX:
+            return self.message_timestamp_difference_max_ms
+        return self.message_timestamp_before_max_ms
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        if self.message_timestamp_after_max_ms == LONG_MAX:
+            return self.message_timestamp_difference_max_ms
+        return self.message_timestamp_after_max_ms
+
+
+# topic key -> broker keys in precedence order, each with a unit multiplier to ms.
+BROKER_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
+    "cleanup.policy": (("log.cleanup.policy", 1),),
+    "compression.type": (("compression.type", 1),),
+    "compression.gzip.level": (("compression.gzip.level", 1),),
+    "compression.lz4.level": (("compression.lz4.level", 1),),
+    "compression.zstd.level": (("compression.zstd.level", 1),),
+    "delete.retention.ms": (("log.cleaner.delete.retention.ms", 1),),
+    "file.delete.delay.ms": (("log.segment.delete.delay.ms", 1),),
+    "flush.messages": (("log.flush.interval.messages", 1),),
+    # Kafka: log.flush.interval.ms, else log.flush.scheduler.interval.ms.
+    "flush.ms": (("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)),
+    "index.interval.bytes": (("log.index.interval.bytes", 1),),
+    "local.retention.bytes": (("log.local.retention.bytes", 1),),
+    "local.retention.ms": (("log.local.retention.ms", 1),),
+    "max.compaction.lag.ms": (("log.cleaner.max.compaction.lag.ms", 1),),
+    "max.message.bytes": (("message.max.bytes", 1),),
+    "message.downconversion.enable": (("log.message.downconversion.enable", 1),),
+    "message.format.version": (("log.message.format.version", 1),),
+    "message.timestamp.after.max.ms": (("log.message.timestamp.after.max.ms", 1),),
+    "message.timestamp.before.max.ms": (("log.message.timestamp.before.max.ms", 1),),
+    "message.timestamp.difference.max.ms": (("log.message.timestamp.difference.max.ms", 1),),
+    "message.timestamp.type": (("log.message.timestamp.type", 1),),
+    "min.cleanable.dirty.ratio": (("log.cleaner.min.cleanable.ratio", 1),),
+    "min.compaction.lag.ms": (("log.cleaner.min.compaction.lag.ms", 1),),
+    "min.insync.replicas": (("min.insync.replicas", 1),),
+    "preallocate": (("log.preallocate", 1),),
+    "retention.bytes": (("log.retention.bytes", 1),),
+    "retention.ms": (
+        ("log.retention.ms", 1),
+        ("log.retention.minutes", 60_000),
+        ("log.retention.hours", 3_600_000),
+    ),
+    "segment.bytes": (("log.segment.bytes", 1),),
+    "segment.index.bytes": (("log.index.size.max.bytes", 1),),
+    "segment.jitter.ms": (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)),
+    "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)),
+    "unclean.leader.election.enable": (("unclean.leader.election.enable", 1),),
+}
+
+
+def topic_defaults_from_broker(props: Mapping[str, str]) -> LogConfig:
+    """Topic defaults from broker properties; unrelated keys and empty values are ignored.
+
+    For keys with several broker synonyms the first one set wins (`log.retention.ms`
+    over `.minutes` over `.hours`), as in Kafka. A negative retention in minutes or
+    hours means "forever" (-1).
+    """
+    changes: dict[str, ConfigValue] = {}
+    for topic_key, synonyms in BROKER_SYNONYMS.items():
+        key = TOPIC_CONFIG_KEYS[topic_key]
+        for broker_key, factor in synonyms:
+            raw = props.get(broker_key, "")
+            if raw.strip() == "":
+                continue
+            if factor == 1:
+                changes[key.attr] = key.parse(raw, source=broker_key)
+            else:
+                amount = ConfigKey(broker_key, _T.LONG, 0, "", Anything()).parse(raw)
+                assert isinstance(amount, int)
+                ms = -1 if amount < 0 else min(amount * factor, LONG_MAX)
+                key.check(ms, source=broker_key)
+                changes[key.attr] = ms
+            break
+    return dataclasses.replace(LogConfig(), **changes)  # type: ignore[arg-type]

@@ -1,0 +1,119 @@
+"""The file half of a sparse segment index: fixed-size big-endian entries, appended.
+
+Subclasses (`OffsetIndex`, `TimeIndex`) keep their entries in memory as arrays for
+binary search; this base owns the file: it appends encoded entries, truncates, syncs,
+closes and deletes. Files are not preallocated: the file length is always a whole number
+of entries written so far, so a file is trustworthy iff its entries pass the subclass's
+sanity check (and the segment's check against the log). Anything else is rebuilt.
+
+Thread-safety: every method except `sync` runs on the thread that owns the log (under
+the log's lock). `sync` may run concurrently from a flusher thread: it only fsyncs the
+file descriptor, and the descriptor is never closed while a flush may use it (the log
+defers `close` until no flush is in progress).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tidegate.storage.errors import CorruptIndexError
+
+__all__ = ["IndexFile"]
+
+
+class IndexFile:
+    entry_size = 0  # set by subclasses
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_size // self.entry_size)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._pending = bytearray()  # encoded entries not yet written
+        self._written = 0  # entries in the file
+        self._dirty = False  # written since the last sync
+        self._closed = False
+
+    # -- subclass hooks ----------------------------------------------------------------
+
+    def _load_entries(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _truncate_entries(self, count: int) -> None:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    # -- file handling -----------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the file into memory. CorruptIndexError if it is not whole entries."""
+        size = os.fstat(self._fd).st_size
+        if size % self.entry_size:
+            raise CorruptIndexError(
+                f"{self.path}: size {size} is not a multiple of {self.entry_size}"
+            )
+        data = os.pread(self._fd, size, 0) if size else b""
+        if len(data) != size:
+            raise CorruptIndexError(f"{self.path}: short read")
+        self._load_entries(data)
+        self._written = size // self.entry_size
+
+    @property
+    def is_full(self) -> bool:
+        return len(self) >= self.max_entries
+
+    def _queue(self, encoded: bytes) -> None:
+        self._pending += encoded
+
+    def write_pending(self) -> None:
+        """Write queued entries to the file (one write per append of the segment)."""
+        if not self._pending:
+            return
+        data = bytes(self._pending)
+        self._pending.clear()
+        pos = self._written * self.entry_size
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self._fd, view, pos)
+            view = view[n:]
+            pos += n
+        self._written += len(data) // self.entry_size
+        self._dirty = True
+
+    def truncate_entries(self, count: int) -> None:
+        """Keep only the first `count` entries, in memory and on disk."""
+        self.write_pending()
+        if count >= len(self):
+            return
+        self._truncate_entries(count)
+        os.ftruncate(self._fd, count * self.entry_size)
+        self._written = count
+        self._dirty = True
+
+    def reset(self) -> None:
+        self.truncate_entries(0)
+
+    def sync(self) -> None:
+        """fdatasync if anything was written since the last sync (flusher thread)."""
+        if self._dirty and not self._closed:
+            self._dirty = False
+            os.fdatasync(self._fd)
+
+    def rename(self, path: Path) -> None:
+        os.replace(self.path, path)
+        self.path = path
+
+    def close(self) -> None:
+        if not self._closed:
+            self.write_pending()
+            self._closed = True
+            os.close(self._fd)
+
+    def delete(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
