@@ -134,12 +134,21 @@ def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int
 
 
 def validate_batch(
-    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    *,
+    check_crc: bool = True,
+    strict_counts: bool = True,
 ) -> BatchHeader:
     """Check one batch's framing, magic, counts and CRC; return its header.
 
     Raises CorruptRecordError for anything the Java broker reports as CORRUPT_MESSAGE
     (bad length, magic, CRC) and InvalidRecordError for semantic problems.
+
+    `strict_counts` (the produce path) requires lastOffsetDelta == count - 1 and at least
+    one record. Readers of stored logs turn it off: compaction removes records from a
+    batch but keeps its offset span, and may keep an empty batch to preserve producer
+    state, exactly as Kafka's cleaner does.
     """
     header = parse_header(buf, pos)
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
@@ -159,6 +168,8 @@ def validate_batch(
             )
     if header.records_count < 0 or header.last_offset_delta < 0:
         raise InvalidRecordError("negative record count or offset delta")
+    if not strict_counts:
+        return header
     if header.records_count == 0 and not header.is_control:
         raise InvalidRecordError("record batch contains no records")
     if header.records_count and header.last_offset_delta != header.records_count - 1:

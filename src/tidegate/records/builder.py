@@ -211,7 +211,7 @@ class BatchBuilder:
             MAGIC_V2,
             0,  # crc, computed below over bytes [21, end)
             self._attributes,
-            self._count,
+            self._count - 1,
             self._base_ts,
             self._max_ts,
             self._producer_id,

@@ -72,11 +72,12 @@ def decode_records(
     buf: Buffer, pos: int = 0, *, check_crc: bool = True
 ) -> tuple[BatchHeader, list[Record]]:
     """Validate the batch at `pos` and decode all of its records."""
-    header = validate_batch(buf, pos, check_crc=check_crc)
+    header = validate_batch(buf, pos, check_crc=check_crc, strict_counts=False)
     start = pos + HEADER_SIZE
     end = pos + header.size
     codec = header.compression
-    data = decompress(codec, memoryview(buf)[start:end]) if codec else bytes(buf[start:end])
+    section = memoryview(buf)[start:end]
+    data = decompress(codec, section) if codec else bytes(section)  # one copy
     return header, decode_records_section(header, data)
 
 

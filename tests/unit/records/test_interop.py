@@ -196,14 +196,14 @@ def test_our_concatenated_batches_read_with_memory_records(codec: Codec) -> None
     ]
     stream = b"".join(batches) + batches[0][:30]  # plus a partial tail, like a fetch
     for memory_records in (KpMemoryRecords(stream), aio_memory.MemoryRecords(stream)):
-        offsets = []
+        offsets: list[int] = []
         while memory_records.has_next():
             offsets.extend(r.offset for r in memory_records.next_batch())
         assert offsets == list(range(15))
 
 
 def test_log_append_time_read_with_their_readers() -> None:
-    records = [(1000 + i, None, b"v", []) for i in range(3)]
+    records: list[RecordTuple] = [(1000 + i, None, b"v", []) for i in range(3)]
     buf = build_batch(records, timestamp_type=1)
     for reader_cls in (KpBatch, *AIO_READERS.values()):
         reader = reader_cls(buf)

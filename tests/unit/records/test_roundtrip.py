@@ -120,7 +120,7 @@ def test_failed_append_leaves_builder_unchanged() -> None:
 
 
 def test_timestamps_may_go_backwards() -> None:
-    records = [
+    records: list[RecordTuple] = [
         (BASE_TS, None, b"a", []),
         (BASE_TS - 5000, None, b"b", []),
         (BASE_TS + 1, None, b"c", []),
@@ -131,7 +131,7 @@ def test_timestamps_may_go_backwards() -> None:
 
 
 def test_log_append_time_gives_every_record_the_max_timestamp() -> None:
-    records = [(BASE_TS + i, None, b"v", []) for i in range(5)]
+    records: list[RecordTuple] = [(BASE_TS + i, None, b"v", []) for i in range(5)]
     header, decoded = decode_records(build_batch(records, timestamp_type=1))
     assert header.timestamp_type == 1
     assert [r.timestamp for r in decoded] == [BASE_TS + 4] * 5
@@ -178,7 +178,7 @@ def test_non_utf8_header_key_round_trips_losslessly() -> None:
 
 
 def test_large_offset_deltas_and_many_records() -> None:
-    records = [(BASE_TS + i * 1000, None, b"%d" % i, []) for i in range(20_000)]
+    records: list[RecordTuple] = [(BASE_TS + i * 1000, None, b"%d" % i, []) for i in range(20_000)]
     for codec in (Codec.NONE, Codec.SNAPPY):
         _, decoded = decode_records(build_batch(records, compression=codec))
         assert decoded == expected(records)

@@ -75,17 +75,21 @@ def kafka_python_decode(buf: bytes) -> None:
     list(batch)
 
 
+def report(codec: Codec) -> None:
+    buf = tidegate_build(codec)
+    print(f"{codec.name}: batch {len(buf)} bytes")
+    print(f"  tidegate     build  {rate(lambda: tidegate_build(codec)):>12,.0f} rec/s")
+    print(f"  tidegate     decode {rate(lambda: decode_records(buf)):>12,.0f} rec/s")
+    print(f"  aiokafka(C)  build  {rate(lambda: aiokafka_build(codec)):>12,.0f} rec/s")
+    print(f"  aiokafka(C)  decode {rate(lambda: aiokafka_decode(buf)):>12,.0f} rec/s")
+    if codec == Codec.NONE:  # kafka-python needs the lz4 package for LZ4
+        print(f"  kafka-python build  {rate(lambda: kafka_python_build(codec)):>12,.0f} rec/s")
+        print(f"  kafka-python decode {rate(lambda: kafka_python_decode(buf)):>12,.0f} rec/s")
+
+
 def main() -> None:
     for codec in (Codec.NONE, Codec.LZ4):
-        buf = tidegate_build(codec)
-        print(f"{codec.name}: batch {len(buf)} bytes")
-        print(f"  tidegate     build  {rate(lambda: tidegate_build(codec)):>12,.0f} rec/s")
-        print(f"  tidegate     decode {rate(lambda: decode_records(buf)):>12,.0f} rec/s")
-        print(f"  aiokafka(C)  build  {rate(lambda: aiokafka_build(codec)):>12,.0f} rec/s")
-        print(f"  aiokafka(C)  decode {rate(lambda: aiokafka_decode(buf)):>12,.0f} rec/s")
-        if codec == Codec.NONE:  # kafka-python needs the lz4 package for LZ4
-            print(f"  kafka-python build  {rate(lambda: kafka_python_build(codec)):>12,.0f} rec/s")
-            print(f"  kafka-python decode {rate(lambda: kafka_python_decode(buf)):>12,.0f} rec/s")
+        report(codec)
 
 
 if __name__ == "__main__":
