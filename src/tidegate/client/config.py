@@ -22,7 +22,7 @@ import dataclasses
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from tidegate.client.errors import ConfigError
 
@@ -61,11 +61,11 @@ def _bool(key: str, value: object) -> bool:
 
 def _choice(*allowed: str) -> Parse:
     def parse(key: str, value: object) -> str:
-        text = str(value).lower() if isinstance(value, str) else value
-        if text not in allowed:
+        text = value.lower() if isinstance(value, str) else None
+        if text is None or text not in allowed:
             raise ConfigError(f"{key}={value!r} is invalid: allowed values are "
                               f"{', '.join(allowed)}")
-        return cast(str, text)
+        return text
     return parse
 
 
@@ -113,8 +113,7 @@ def _callable(key: str, value: object) -> object:
 
 
 def _security(key: str, value: object) -> str:
-    text = _choice("plaintext")(key, value)
-    return text.upper()
+    return str(_choice("plaintext")(key, value)).upper()
 
 
 def _opt(key: str, default: object, parse: Parse) -> Any:
@@ -150,7 +149,7 @@ class ClientConfig:
         for k, v in overrides.items():
             merged[k.replace("_", ".")] = v
         known = cls.keys()
-        kwargs: dict[str, object] = {}
+        kwargs: dict[str, Any] = {}
         for key, value in merged.items():
             f = known.get(key)
             if f is None:
@@ -188,8 +187,9 @@ class ProducerConfig(ClientConfig):
     enable_idempotence: bool = _opt("enable.idempotence", False, _bool)
     transactional_id: str | None = _opt("transactional.id", None, _opt_str)
     partitioner_ignore_keys: bool = _opt("partitioner.ignore.keys", False, _bool)
-    key_serializer: Serializer | None = _opt("key.serializer", None, _callable)
-    value_serializer: Serializer | None = _opt("value.serializer", None, _callable)
+    key_serializer: Serializer | None = _opt("key.serializer", None, _callable)  # noqa: RUF009
+    value_serializer: Serializer | None = _opt(  # noqa: RUF009
+        "value.serializer", None, _callable)
 
     @classmethod
     def _kind(cls) -> str:

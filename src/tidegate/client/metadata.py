@@ -75,7 +75,7 @@ class Metadata:
             code = int(t.error_code.value)
             if name is None:
                 continue
-            if code and code != ErrorCode.leader_not_available.value or not t.partitions:
+            if (code and code != ErrorCode.leader_not_available.value) or not t.partitions:
                 self.topics.pop(name, None)
                 self.topic_errors[name] = code or ErrorCode.leader_not_available.value
                 continue
@@ -133,7 +133,7 @@ class MetadataClient:
         self._inflight: asyncio.Task[None] | None = None
 
     @staticmethod
-    def _now_ms() -> float:
+    def now_ms() -> float:
         return time.monotonic() * 1000
 
     async def refresh(self, topics: Iterable[str] | None = None) -> Metadata:
@@ -172,11 +172,11 @@ class MetadataClient:
             "include_topic_authorized_operations": False,
         }
         resp = await self.net.request(None, METADATA, data)
-        self.cache.update(resp, self._now_ms(), all_topics=all_topics)
+        self.cache.update(resp, self.now_ms(), all_topics=all_topics)
         self.net.nodes = dict(self.cache.brokers)
 
     async def maybe_refresh(self) -> None:
-        if self.cache.needs_update(self._now_ms()):
+        if self.cache.needs_update(self.now_ms()):
             await self.refresh()
 
     async def topic(self, name: str, timeout_ms: int) -> TopicInfo:

@@ -76,7 +76,7 @@ class BrokerConnection:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, limit=1 << 20),
                 connect_timeout_ms / 1000)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             why = e.strerror if isinstance(e, OSError) and e.strerror else (
                 "timed out" if isinstance(e, asyncio.TimeoutError) else str(e))
             raise KafkaConnectionError(f"cannot reach {host}:{port}: {why}") from e
@@ -150,7 +150,7 @@ class BrokerConnection:
         timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._fail(RequestTimedOutError(
                 f"no response from {self.host}:{self.port} to API {api_key} within "
                 f"{int(timeout * 1000)} ms (request.timeout.ms); connection closed"))
@@ -213,7 +213,7 @@ class NetworkClient:
         cfg = self.config
         base = cfg.reconnect_backoff_ms * (2 ** max(0, failures - 1))
         ms = min(base, max(cfg.reconnect_backoff_max_ms, cfg.reconnect_backoff_ms))
-        return ms * random.uniform(0.8, 1.2) / 1000
+        return float(ms * random.uniform(0.8, 1.2) / 1000)
 
     async def _open(self, key: object, host: str, port: int, node_id: int) -> BrokerConnection:
         conn = self._conns.get(key)

@@ -9,12 +9,16 @@ long-polling fetches to wake when it does.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import uuid
 from collections.abc import Iterable
+from pathlib import Path
 
 from tidegate.common.clock import Clock, SystemClock
 from tidegate.common.config import BrokerConfig
+from tidegate.common.errors import InvalidConfigError
 from tidegate.server.durability import Flushable, GroupCommit
 from tidegate.storage.config import LogConfig, topic_defaults_from_broker
 from tidegate.storage.log import Log
@@ -30,7 +34,9 @@ class Broker:
         self.config = config
         self.clock = clock or SystemClock()
         self.node_id = config.node_id
-        self.log_defaults: LogConfig = topic_defaults_from_broker(config.props)
+        self.dynamic_configs: dict[str, str] = _load_dynamic(config.log_dir)
+        self.log_defaults: LogConfig = topic_defaults_from_broker(
+            {**config.props, **self.dynamic_configs})
         self.logs = LogManager(config.log_dir, self.log_defaults, self.clock,
                                node_id=self.node_id, cluster_id=config.get("cluster.id") or None)
         self.group_commit = GroupCommit(self._on_flushed)
@@ -112,6 +118,19 @@ class Broker:
                     if not watchers:
                         del self._watchers[tp]
 
+    # -- dynamic broker configs -------------------------------------------------------
+
+    def validate_dynamic(self, configs: dict[str, str]) -> LogConfig:
+        return topic_defaults_from_broker({**self.config.props, **configs})
+
+    def set_dynamic_configs(self, configs: dict[str, str]) -> None:
+        defaults = self.validate_dynamic(configs)
+        _save_dynamic(self.config.log_dir, configs)
+        self.dynamic_configs = dict(configs)
+        self.log_defaults = defaults
+        self.logs.set_broker_defaults(defaults)
+        log.info("dynamic broker configs now %s", configs)
+
     # -- topics ----------------------------------------------------------------------
 
     def get_log(self, topic: str, partition: int) -> Log | None:
@@ -143,3 +162,28 @@ class Broker:
 
     def default_partitions(self) -> int:
         return self.config.get_int("num.partitions", 1) or 1
+
+
+_DYNAMIC_FILE = "tidegate-broker-configs.json"
+
+
+def _load_dynamic(log_dir: Path) -> dict[str, str]:
+    path = log_dir / _DYNAMIC_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise InvalidConfigError(f"cannot read dynamic broker configs {path}: {e}") from e
+    return {str(k): str(v) for k, v in dict(data).items()}
+
+
+def _save_dynamic(log_dir: Path, configs: dict[str, str]) -> None:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / _DYNAMIC_FILE
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(configs, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

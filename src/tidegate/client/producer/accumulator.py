@@ -55,8 +55,8 @@ def record_size_upper_bound(key: bytes | None, value: bytes | None,
 class ProducerBatch(Generic[T]):
     """Records for one partition that are sent, acknowledged and retried together."""
 
-    __slots__ = ("attempts", "builder", "created_ms", "payload", "retry_at_ms", "size",
-                 "timestamps", "tokens", "tp")
+    __slots__ = ("attempts", "builder", "created_ms", "done", "payload", "retry_at_ms",
+                 "size", "timestamps", "tokens", "tp")
 
     def __init__(self, tp: TopicPartition, builder: BatchBuilder, now_ms: int) -> None:
         self.tp = tp
@@ -68,6 +68,7 @@ class ProducerBatch(Generic[T]):
         self.payload: bytes | None = None  # built bytes once drained
         self.attempts = 0
         self.retry_at_ms = 0
+        self.done = False  # acknowledged or failed for good
 
     def __len__(self) -> int:
         return len(self.tokens)
