@@ -189,6 +189,8 @@ class Listener:
         self.connections.add(task)
         try:
             await Connection(self.broker, reader, writer).run()
+        except asyncio.CancelledError:
+            writer.close()  # broker shutdown: close quietly
         finally:
             self.connections.discard(task)
 

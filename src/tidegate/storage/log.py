@@ -1,0 +1,456 @@
+"""`Log`: one partition's log, a list of segments in `<log.dir>/<topic>-<partition>/`.
+
+It validates producer batches, assigns offsets, stamps LogAppendTime, appends to the
+active segment (rolling when due), serves reads of whole batches, fsyncs on demand,
+answers timestamp queries, and applies retention, DeleteRecords and truncation.
+
+Invariants:
+- segments are sorted by base offset; the last one is active (the only one appended to);
+  `log_start_offset` lies in [first base offset, log_end_offset];
+- offsets increase in append order, dense except for gaps compaction leaves;
+- `recovery_point` <= `log_end_offset`, and everything below it has been fdatasync'ed;
+- files hold batches exactly as on the wire; nothing here decodes records except the
+  two timestamp queries, which decode one batch each.
+
+Thread-safety contract: one lock (held only for in-memory work, page-cache writes and
+reads, and a few renames/unlinks) serialises `append`, `read`, truncation, retention,
+DeleteRecords, the cleaner's swap and the queries, so they may be called from the event
+loop and from worker threads alike. `flush` never holds that lock while it fsyncs: it
+captures the target offset and the segments under the lock, syncs them outside it, then
+raises `recovery_point` (unless a truncation happened meanwhile); flushes are serialised
+among themselves. A segment removed during a flush is unlinked at once and closed when
+the flush ends (see `SegmentList`). `close` waits for a running flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidegate.common.clock import Clock
+from tidegate.common.errors import KafkaStorageError, OffsetOutOfRangeError
+from tidegate.records.batch import BatchHeader, validate_batch
+from tidegate.storage import queries, retention
+from tidegate.storage.config import LogConfig
+from tidegate.storage.errors import RecordListTooLargeError
+from tidegate.storage.files import atomic_write, fsync_dir, parse_partition_dir
+from tidegate.storage.recovery import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANER_OFFSET_FILE,
+    LOG_START_OFFSET_FILE,
+    OpenedPartition,
+    open_partition_dir,
+)
+from tidegate.storage.segment import LogSegment
+from tidegate.storage.segment_list import SegmentList
+from tidegate.storage.validation import assign_offsets, validate_producer_batches
+
+__all__ = ["AppendInfo", "Log"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    first_offset: int  # -1 if nothing was appended
+    last_offset: int
+    log_append_time: int  # -1 under CreateTime
+    log_start_offset: int
+    max_timestamp: int
+    record_count: int
+    batches: list[BatchHeader]  # as stored (offsets assigned)
+
+
+class Log:
+    def __init__(
+        self, directory: Path, config: LogConfig, clock: Clock, opened: OpenedPartition
+    ) -> None:
+        """Use `Log.open`."""
+        parsed = parse_partition_dir(directory.name)
+        assert parsed is not None
+        self.directory = directory
+        self.topic, self.partition = parsed
+        self.topic_id = opened.topic_id
+        self._config = config
+        self._clock = clock
+        self._segs = SegmentList(opened.segments, directory)
+        self._lock = self._segs.lock
+        leo = self._segs.active.next_offset
+        self._log_start_offset = min(max(opened.log_start_offset, self._segs.bases[0]), leo)
+        self._recovery_point = leo
+        self.high_watermark: int = leo
+        self.last_flush_ms: int = clock.now_ms()
+        self._first_dirty = opened.first_dirty_offset
+        self._flush_mutex = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        *,
+        topic_id: uuid.UUID | None = None,
+        recovery_point: int | None = None,
+    ) -> Log:
+        """Create or open the partition directory. After an unclean shutdown, segments
+        from the one holding `recovery_point` on (all if None) are CRC-checked and cut at
+        the first torn or corrupt batch; after a clean one files are trusted, but index
+        files that are missing or fail their sanity check are rebuilt."""
+        directory = Path(directory)
+        opened = open_partition_dir(
+            directory, config, clock.now_ms(), topic_id=topic_id, recovery_point=recovery_point
+        )
+        return cls(directory, config, clock, opened)
+
+    # -- properties --------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self._config = config
+            for seg in self._segs.segments:
+                seg.config = config
+
+    @property
+    def topic_partition(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to assign."""
+        return self._segs.active.next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segs.segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segs.segments)
+
+    def __repr__(self) -> str:
+        return f"Log({self.topic_partition}, {self._log_start_offset}..{self.log_end_offset})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log {self.topic_partition} is closed")
+
+    # -- append ------------------------------------------------------------------------
+
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        now_ms: int | None = None,
+        leader_epoch: int | None = None,
+    ) -> AppendInfo:
+        """Validate producer batches, assign offsets, append. No fsync, no record decoding.
+
+        The whole request is rejected (nothing appended) if any batch is invalid.
+        """
+        now = self._clock.now_ms() if now_ms is None else now_ms
+        cfg = self._config
+        view = memoryview(data).cast("B") if isinstance(data, memoryview) else data
+        positions = validate_producer_batches(view, cfg, now)
+        if not positions:
+            return AppendInfo(-1, -1, -1, self._log_start_offset, -1, 0, [])
+        if len(view) > cfg.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{len(view)} bytes of batches exceed segment.bytes ({cfg.segment_bytes})"
+            )
+        return self._append(bytearray(view), positions, now, leader_epoch)
+
+    def append_control(self, data: bytes, *, now_ms: int | None = None) -> AppendInfo:
+        """Append broker-built batches (e.g. transaction markers), control ones included."""
+        now = self._clock.now_ms() if now_ms is None else now_ms
+        positions: list[int] = []
+        pos = 0
+        while pos < len(data):
+            positions.append(pos)
+            pos += validate_batch(data, pos).size
+        if not positions:
+            return AppendInfo(-1, -1, -1, self._log_start_offset, -1, 0, [])
+        return self._append(bytearray(data), positions, now, None)
+
+    def _append(
+        self, buf: bytearray, positions: list[int], now: int, leader_epoch: int | None
+    ) -> AppendInfo:
+        log_append = self._config.log_append_time
+        with self._lock:
+            self._check_open()
+            headers = assign_offsets(
+                buf,
+                positions,
+                self.log_end_offset,
+                log_append_time=now if log_append else None,
+                leader_epoch=leader_epoch,
+            )
+            max_ts = max(h.max_timestamp for h in headers)
+            seg = self._maybe_roll(len(buf), max_ts, headers[-1].last_offset, now)
+            seg.append(buf, headers, positions)
+            lso = self._log_start_offset
+        return AppendInfo(
+            first_offset=headers[0].base_offset,
+            last_offset=headers[-1].last_offset,
+            log_append_time=now if log_append else -1,
+            log_start_offset=lso,
+            max_timestamp=max_ts,
+            record_count=sum(h.records_count for h in headers),
+            batches=headers,
+        )
+
+    def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now: int) -> LogSegment:
+        active = self._segs.active
+        if not active.should_roll(size, max_ts, last_offset, now):
+            return active
+        leo = active.next_offset
+        new = LogSegment(self.directory, leo, self._config, now, create=True)
+        if active.size == 0:  # empty, yet relative offsets would overflow: rebase it
+            self._segs.drop(active)
+        else:
+            active.on_become_inactive()
+        self._segs.append(new)
+        return new
+
+    # -- read --------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> bytes:
+        """Whole batches from the one holding `offset`, up to `max_bytes` (the first one
+        whole even if larger, when `min_one_batch`), excluding batches whose base offset
+        is >= `max_offset`. Data comes from a single segment, as in Kafka."""
+        with self._lock:
+            self._check_open()
+            leo = self.log_end_offset
+            if offset < self._log_start_offset or offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range [{self._log_start_offset}, {leo}] "
+                    f"for {self.topic_partition}"
+                )
+            if offset == leo or (max_offset is not None and offset >= max_offset):
+                return b""
+            for seg in self._segs.segments[self._segs.floor_index(offset) :]:
+                found = seg.find_position(offset)
+                if found is None:
+                    continue  # offset in a gap left by compaction: next segment
+                position, header = found
+                if max_offset is not None and header.base_offset >= max_offset:
+                    return b""
+                return seg.read_batches(position, max_bytes, max_offset, min_one_batch)
+            return b""
+
+    # -- durability --------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fdatasync everything appended so far; returns the new recovery point.
+
+        Safe to call from a worker thread while another thread appends (module doc).
+        """
+        segs = self._segs
+        with self._flush_mutex:
+            with self._lock:
+                if self._closed:
+                    return self._recovery_point
+                target = self.log_end_offset
+                generation = segs.generation
+                todo = segs.segments[segs.floor_index(self._recovery_point) :]
+                sync_dir, segs.dir_dirty = segs.dir_dirty, False
+                segs.pin()
+            try:
+                for seg in todo:
+                    seg.sync()
+                if sync_dir:
+                    fsync_dir(self.directory)
+            except OSError:
+                with self._lock:
+                    segs.dir_dirty = segs.dir_dirty or sync_dir
+                    if self._closed:  # deleted under us: nothing left to make durable
+                        return self._recovery_point
+                raise
+            finally:
+                segs.unpin()
+            with self._lock:
+                if generation == segs.generation and target > self._recovery_point:
+                    self._recovery_point = target
+                self.last_flush_ms = self._clock.now_ms()
+                return self._recovery_point
+
+    # -- timestamps --------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp` at or
+        after the log start offset, or None (ListOffsets by timestamp)."""
+        with self._lock:
+            self._check_open()
+            return queries.offset_for_timestamp(
+                self._segs.segments, timestamp, self._log_start_offset
+            )
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(max timestamp, offset of the first record carrying it); (-1, -1) if none."""
+        with self._lock:
+            self._check_open()
+            return queries.max_timestamp_and_offset(self._segs.segments)
+
+    # -- deleting data -----------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: advance the log start offset to `offset` (persisted) and delete
+        the segments wholly below it. Returns the new log start offset."""
+        with self._lock:
+            self._check_open()
+            if offset < 0 or offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset}: the high watermark of "
+                    f"{self.topic_partition} is {self.high_watermark}"
+                )
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                self._write_offset_file(LOG_START_OFFSET_FILE, offset)
+                self._delete_oldest(retention.below_start_offset(self._segs.segments, offset))
+            return self._log_start_offset
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Under cleanup.policy delete, delete the oldest segments by retention.ms (their
+        largest timestamp) and retention.bytes, never the active one nor one holding
+        offsets at or above the high watermark. Returns the number deleted."""
+        cfg = self._config
+        if not cfg.delete:
+            return 0
+        with self._lock:
+            self._check_open()
+            hw = self.high_watermark
+            n = self._delete_oldest(retention.expired_by_time(self._segs.segments, cfg, now_ms, hw))
+            return n + self._delete_oldest(retention.expired_by_size(self._segs.segments, cfg, hw))
+
+    def _delete_oldest(self, count: int) -> int:
+        for seg in self._segs.segments[:count]:
+            log.info("%s: deleting segment %s", self.topic_partition, seg.log_path.name)
+            self._segs.drop(seg)
+        if count:
+            self._log_start_offset = max(self._log_start_offset, self._segs.bases[0])
+        return count
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch holding `offset` and everything after it; returns the new
+        log end offset (<= `offset`). Truncating below the first segment empties the log
+        and restarts it at `offset` (Kafka's truncateFullyAndStartAt)."""
+        segs = self._segs
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return self.log_end_offset
+            segs.generation += 1
+            if offset < segs.bases[0]:
+                fresh = LogSegment(
+                    self.directory, offset, self._config, self._clock.now_ms(), create=True
+                )
+                for seg in list(segs.segments):
+                    segs.drop(seg)
+                segs.append(fresh)
+                self._log_start_offset = offset
+                self._write_offset_file(LOG_START_OFFSET_FILE, offset)
+            else:
+                while segs.bases[-1] > offset:
+                    segs.drop(segs.active)
+                segs.active.truncate_to(offset)
+            leo = self.log_end_offset
+            self._log_start_offset = min(self._log_start_offset, leo)
+            self._recovery_point = min(self._recovery_point, leo)
+            self.high_watermark = min(self.high_watermark, leo)
+            if self._first_dirty > leo:
+                self.set_first_dirty_offset(leo)
+            return leo
+
+    # -- cleaner support ---------------------------------------------------------------
+
+    @property
+    def first_dirty_offset(self) -> int:
+        """Where the cleaner resumes: offsets below it have been compacted."""
+        return self._first_dirty
+
+    def set_first_dirty_offset(self, offset: int) -> None:
+        with self._lock:
+            self._first_dirty = offset
+            self._write_offset_file(CLEANER_OFFSET_FILE, offset)
+
+    @contextmanager
+    def pinned(self) -> Iterator[tuple[tuple[LogSegment, ...], int]]:
+        """(segments, generation) snapshot whose descriptors stay open until exit, even
+        if retention deletes the segments meanwhile. For the cleaner's reads."""
+        self._check_open()
+        with self._segs.pinned() as snapshot:
+            yield snapshot
+
+    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment, generation: int) -> bool:
+        """Swap the fsynced `.cleaned` segment `new` in for the contiguous closed segments
+        `old` (crash-safe; see `SegmentList.swap_in`). False, with nothing changed, if the
+        log was closed or truncated since `generation` or `old` is gone."""
+        with self._lock:
+            return not self._closed and self._segs.swap_in(old, new, generation)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, mark a clean shutdown, close the files. Idempotent."""
+        with self._flush_mutex, self._lock:
+            if self._closed:
+                return
+            self._segs.active.on_become_inactive()
+            for seg in self._segs.segments:
+                seg.sync()
+            fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.fsync(fd)
+            os.close(fd)
+            fsync_dir(self.directory)
+            self._recovery_point = self.log_end_offset
+            self._closed = True
+            for seg in self._segs.segments:
+                self._segs.retire(seg)
+
+    def delete(self) -> None:
+        """Close and remove the directory (renamed to `<dir>.<uuid>-delete` first, as
+        Kafka does, so a crash midway leaves nothing that loads as a partition)."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segs.segments:
+                self._segs.retire(seg)
+        if not self.directory.exists():
+            return
+        doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
+        os.replace(self.directory, doomed)
+        fsync_dir(doomed.parent)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def _write_offset_file(self, name: str, value: int) -> None:
+        atomic_write(self.directory / name, f"{value}\n".encode())

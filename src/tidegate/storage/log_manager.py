@@ -1,0 +1,344 @@
+"""`LogManager`: every partition log in the log directory, and the topics they belong to.
+
+It owns the log directory's files: `meta.properties` (node.id and cluster.id, Kafka's
+format, checked at load), `tidegate-topics.json` (see `topics.py`),
+`recovery-point-offset-checkpoint` (Kafka's format: how far each log is known fsynced,
+so the next start after a crash recovers only the tail), and one `<topic>-<partition>`
+directory per partition.
+
+Only the first of several log dirs is used (JBOD is not supported yet).
+
+Invariants: a topic exists iff it is in `tidegate-topics.json`; metadata is written
+before directories are created and removed before they are deleted, so a crash leaves at
+worst an orphan directory, which `load` moves aside as `<dir>.<uuid>-stray` (never
+deleting data it does not understand). Leftover `*-delete` directories are removed.
+
+Threading: admin operations run on the event loop; `run_retention`, `run_cleaner`,
+`flush_all` and `checkpoint_recovery_points` may run in worker threads. An internal
+lock guards the topic and log maps; per-log work runs on snapshots outside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+from tidegate.common.clock import Clock
+from tidegate.common.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from tidegate.storage.cleaner import CleanStats, clean
+from tidegate.storage.config import TOPIC_CONFIG_KEYS, LogConfig
+from tidegate.storage.errors import (
+    InconsistentClusterIdError,
+    InconsistentTopicIdError,
+    LogDirectoryError,
+)
+from tidegate.storage.files import (
+    fsync_dir,
+    kafka_uuid,
+    parse_partition_dir,
+    read_offset_checkpoint,
+    read_properties,
+    write_offset_checkpoint,
+    write_properties,
+)
+from tidegate.storage.log import Log
+from tidegate.storage.topics import (
+    TopicMeta,
+    collides,
+    load_topics,
+    save_topics,
+    validate_topic_name,
+)
+
+__all__ = ["LogManager", "TopicMeta"]
+
+log = logging.getLogger(__name__)
+
+META_PROPERTIES = "meta.properties"
+RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: Path | str | Sequence[Path | str],
+        broker_defaults: LogConfig,
+        clock: Clock,
+        *,
+        node_id: int = 1,
+        cluster_id: str | None = None,
+    ) -> None:
+        dirs = [log_dirs] if isinstance(log_dirs, Path | str) else list(log_dirs)
+        if not dirs:
+            raise LogDirectoryError("no log directory configured")
+        if len(dirs) > 1:
+            log.warning("only the first log dir is used: %s (ignoring %s)", dirs[0], dirs[1:])
+        self.log_dir = Path(dirs[0])
+        self.broker_defaults = broker_defaults
+        self.clock = clock
+        self.node_id = node_id
+        self._cluster_id = cluster_id
+        self.topics: dict[str, TopicMeta] = {}
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def cluster_id(self) -> str:
+        if self._cluster_id is None:
+            raise LogDirectoryError("cluster id unknown before load()")
+        return self._cluster_id
+
+    # -- startup and shutdown ------------------------------------------------------------
+
+    def load(self, progress: Callable[[str], None] | None = None) -> None:
+        """Check `meta.properties`, then open (and if needed recover) every partition."""
+        say = progress or (lambda _msg: None)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._check_meta_properties()
+        self.topics = load_topics(self.log_dir)
+        recovery = read_offset_checkpoint(self.log_dir / RECOVERY_CHECKPOINT)
+        expected = {f"{t}-{p}" for t, m in self.topics.items() for p in range(m.partitions)}
+        for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith("-delete"):
+                say(f"removing deleted partition directory {entry.name}")
+                shutil.rmtree(entry.path, ignore_errors=True)
+            elif parse_partition_dir(entry.name) and entry.name not in expected:
+                self._set_aside(Path(entry.path), "belongs to no known topic")
+        total = len(expected)
+        for meta in list(self.topics.values()):
+            cfg = self.effective_config(meta.name)
+            for p in range(meta.partitions):
+                say(f"loading {meta.name}-{p} ({len(self._logs) + 1}/{total})")
+                self._open(meta, p, cfg, recovery.get((meta.name, p)))
+        self.checkpoint_recovery_points()
+        say(f"loaded {len(self._logs)} partitions of {len(self.topics)} topics")
+
+    def _check_meta_properties(self) -> None:
+        path = self.log_dir / META_PROPERTIES
+        props = read_properties(path)
+        if props is None:
+            if self._cluster_id is None:
+                self._cluster_id = kafka_uuid(uuid.uuid4())
+            new = {"version": "1", "node.id": str(self.node_id), "cluster.id": self._cluster_id}
+            write_properties(path, new, "Written by Tidegate")
+            return
+        stored = props.get("node.id") or props.get("broker.id")
+        if stored is None or not stored.lstrip("-").isdigit():
+            raise LogDirectoryError(f"{path} has no valid node.id; remove or fix it")
+        if int(stored) != self.node_id:
+            raise LogDirectoryError(
+                f"The log directory {self.log_dir} belongs to node.id {stored}, but this "
+                f"broker is configured with node.id {self.node_id} ({path}). Point log.dirs "
+                f"at this node's own directory, or set node.id={stored}."
+            )
+        stored_cluster = props.get("cluster.id", "")
+        if self._cluster_id and stored_cluster and stored_cluster != self._cluster_id:
+            raise InconsistentClusterIdError(
+                f"The log directory {self.log_dir} belongs to cluster {stored_cluster}, "
+                f"but cluster.id is configured as {self._cluster_id} ({path})"
+            )
+        self._cluster_id = stored_cluster or self._cluster_id or kafka_uuid(uuid.uuid4())
+
+    def _set_aside(self, directory: Path, why: str) -> None:
+        stray = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-stray")
+        log.warning("%s %s; moving it to %s", directory, why, stray.name)
+        os.replace(directory, stray)
+        fsync_dir(directory.parent)
+
+    def _open(self, meta: TopicMeta, partition: int, cfg: LogConfig, rp: int | None) -> Log:
+        directory = self.log_dir / f"{meta.name}-{partition}"
+        try:
+            lg = Log.open(directory, cfg, self.clock, topic_id=meta.topic_id, recovery_point=rp)
+        except InconsistentTopicIdError as exc:
+            self._set_aside(directory, f"is from an older topic ({exc})")
+            lg = Log.open(directory, cfg, self.clock, topic_id=meta.topic_id)
+        self._logs[(meta.name, partition)] = lg
+        return lg
+
+    def close(self) -> None:
+        """Flush and close every log (each leaves a clean-shutdown marker)."""
+        for _, _, lg in self.logs():
+            lg.close()
+        self.checkpoint_recovery_points()
+
+    # -- topics --------------------------------------------------------------------------
+
+    def validate_new_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str]
+    ) -> LogConfig:
+        """Everything CreateTopics checks; returns the topic's effective config."""
+        validate_topic_name(name)
+        with self._lock:
+            if name in self.topics:
+                raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+            for other in self.topics:
+                if collides(name, other):
+                    raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
+        if partitions <= 0:
+            raise InvalidPartitionsError(
+                f"Number of partitions must be larger than 0, got {partitions}."
+            )
+        return LogConfig.from_props(configs, self.broker_defaults)
+
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str], *, validate_only: bool = False
+    ) -> TopicMeta:
+        with self._lock:
+            cfg = self.validate_new_topic(name, partitions, configs)
+            meta = TopicMeta(name, uuid.uuid4(), partitions, dict(configs))
+            if validate_only:
+                return meta
+            self.topics[name] = meta
+            save_topics(self.log_dir, self.topics)
+            for p in range(partitions):
+                self._open(meta, p, cfg, None)
+            return meta
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock:
+            meta = self.topics.pop(name, None)
+            if meta is None:
+                raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+            save_topics(self.log_dir, self.topics)
+            doomed = [self._logs.pop((name, p), None) for p in range(meta.partitions)]
+        for lg in doomed:
+            if lg is not None:
+                lg.delete()
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicMeta:
+        with self._lock:
+            meta = self._meta(name)
+            if total <= meta.partitions:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {meta.partitions} partitions, which is higher "
+                    f"than or equal to the requested {total}."
+                )
+            new = dataclasses.replace(meta, partitions=total)
+            if validate_only:
+                return new
+            self.topics[name] = new
+            save_topics(self.log_dir, self.topics)
+            cfg = self.effective_config(name)
+            for p in range(meta.partitions, total):
+                self._open(new, p, cfg, None)
+            return new
+
+    def alter_topic_configs(
+        self,
+        name: str,
+        configs: Mapping[str, str | None],
+        incremental: bool,
+        *,
+        validate_only: bool = False,
+    ) -> TopicMeta:
+        """AlterConfigs (`incremental=False`: the overrides become exactly `configs`,
+        None values dropped) or IncrementalAlterConfigs (set, or delete with None)."""
+        with self._lock:
+            meta = self._meta(name)
+            for key in configs:
+                if key not in TOPIC_CONFIG_KEYS:
+                    raise InvalidConfigError(f"Unknown topic config name: {key}")
+            overrides = dict(meta.configs) if incremental else {}
+            for key, value in configs.items():
+                if value is None:
+                    overrides.pop(key, None)
+                else:
+                    overrides[key] = value
+            cfg = LogConfig.from_props(overrides, self.broker_defaults)
+            new = dataclasses.replace(meta, configs=overrides)
+            if validate_only:
+                return new
+            self.topics[name] = new
+            save_topics(self.log_dir, self.topics)
+            for p in range(new.partitions):
+                lg = self._logs.get((name, p))
+                if lg is not None:
+                    lg.update_config(cfg)
+            return new
+
+    def set_broker_defaults(self, defaults: LogConfig) -> None:
+        """New broker-level defaults (dynamic broker configs): every log's effective
+        config is recomputed, so topics without an override follow the change."""
+        with self._lock:
+            self.broker_defaults = defaults
+            effective = {name: self.effective_config(name) for name in self.topics}
+            for (topic, _), lg in self._logs.items():
+                lg.update_config(effective[topic])
+
+    def _meta(self, name: str) -> TopicMeta:
+        meta = self.topics.get(name)
+        if meta is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        return meta
+
+    def effective_config(self, topic: str) -> LogConfig:
+        return LogConfig.from_props(self._meta(topic).configs, self.broker_defaults)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None:
+        for meta in list(self.topics.values()):
+            if meta.topic_id == topic_id:
+                return meta
+        return None
+
+    # -- logs ----------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> Iterator[tuple[str, int, Log]]:
+        """(topic, partition, log) for every partition (a snapshot)."""
+        with self._lock:
+            items = list(self._logs.items())
+        for (topic, partition), lg in items:
+            yield topic, partition, lg
+
+    def run_retention(self, now_ms: int) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        deleted = 0
+        for topic, partition, lg in self.logs():
+            try:
+                deleted += lg.apply_retention(now_ms)
+            except (KafkaError, OSError) as exc:  # e.g. deleted meanwhile
+                log.warning("retention of %s-%d failed: %s", topic, partition, exc)
+        return deleted
+
+    def run_cleaner(self, now_ms: int) -> list[CleanStats]:
+        """One cleaner pass over every compacted log; stats of those that were cleaned."""
+        done = []
+        for topic, partition, lg in self.logs():
+            if not lg.config.compact:
+                continue
+            try:
+                stats = clean(lg, now_ms)
+            except (KafkaError, OSError) as exc:
+                log.warning("cleaning %s-%d failed: %s", topic, partition, exc)
+                continue
+            if stats.cleaned:
+                done.append(stats)
+        return done
+
+    def flush_all(self) -> None:
+        for _, _, lg in self.logs():
+            lg.flush()
+        self.checkpoint_recovery_points()
+
+    def checkpoint_recovery_points(self) -> None:
+        """Persist every log's recovery point (call periodically, as Kafka does every
+        log.flush.offset.checkpoint.interval.ms): a crash then recovers only the tail."""
+        points = {(t, p): lg.recovery_point for t, p, lg in self.logs()}
+        write_offset_checkpoint(self.log_dir / RECOVERY_CHECKPOINT, points)

@@ -1,0 +1,229 @@
+"""Open a partition directory: check its metadata, load its segments, repair crashes.
+
+`open_partition_dir` checks `partition.metadata` against the expected topic id, reads
+the persisted log start offset, consumes the clean-shutdown marker and loads the
+segments; whatever recovery repaired is fsynced before the log is used.
+
+`load_segments` steps, in order (Kafka's LogLoader, simplified):
+1. Remove leftovers of interrupted work: `*.tmp`, `*.deleted`, `*.cleaned` files; finish
+   an interrupted cleaner swap (`X.log.swap` exists: the cleaned segment was complete, so
+   delete the segments it replaces and rename it to `X.log`; its indexes are rebuilt).
+2. Open every `<20 digits>.log`; delete index files whose log is gone.
+3. Segments wholly below the recovery point, or all of them after a clean shutdown, are
+   trusted: indexes are sanity-checked and rebuilt if wrong. The others are recovered:
+   every batch is CRC-checked and the file is cut at the first bad one; if a segment
+   had to be cut, the segments after it (written later, never fsynced) are deleted.
+
+Invariant on return: segments are sorted, non-empty list, each ending on a batch boundary
+with offsets below the next segment's base offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidegate.common.errors import KafkaStorageError
+from tidegate.records.batch import HEADER_SIZE, LOG_OVERHEAD, parse_header
+from tidegate.storage.config import LogConfig
+from tidegate.storage.errors import InconsistentTopicIdError
+from tidegate.storage.files import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_EXT,
+    LOG_EXT,
+    SEGMENT_FILE_RE,
+    SWAP_SUFFIX,
+    TIMEINDEX_EXT,
+    TMP_SUFFIX,
+    fsync_dir,
+    parse_partition_dir,
+    read_partition_metadata,
+    read_single_value,
+    segment_path,
+    write_partition_metadata,
+)
+from tidegate.storage.segment import LogSegment
+
+__all__ = ["LoadResult", "OpenedPartition", "load_segments", "open_partition_dir"]
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+LOG_START_OFFSET_FILE = "log-start-offset"
+CLEANER_OFFSET_FILE = "cleaner-offset"
+
+
+@dataclass
+class OpenedPartition:
+    segments: list[LogSegment]
+    log_start_offset: int  # as persisted; the log clamps it to its segments
+    topic_id: uuid.UUID | None
+    first_dirty_offset: int  # where the cleaner resumes
+
+
+def open_partition_dir(
+    directory: Path,
+    config: LogConfig,
+    now_ms: int,
+    *,
+    topic_id: uuid.UUID | None,
+    recovery_point: int | None,
+) -> OpenedPartition:
+    if parse_partition_dir(directory.name) is None:
+        raise KafkaStorageError(f"{directory} is not a <topic>-<partition> directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        existing = read_partition_metadata(directory)
+    except ValueError as exc:
+        raise KafkaStorageError(str(exc)) from exc
+    if topic_id is not None and existing is None:
+        write_partition_metadata(directory, topic_id)
+    elif topic_id is not None and existing != topic_id:
+        raise InconsistentTopicIdError(
+            f"{directory} belongs to topic id {existing}, expected {topic_id}"
+        )
+    marker = directory / CLEAN_SHUTDOWN_FILE
+    clean = marker.exists()
+    start = _read_offset(directory / LOG_START_OFFSET_FILE)
+    result = load_segments(
+        directory, config, now_ms, clean=clean, recovery_point=recovery_point, start_offset=start
+    )
+    if result.recovered:  # make the repaired state durable before trusting it
+        for seg in result.segments:
+            seg.sync()
+        fsync_dir(directory)
+    if clean:
+        marker.unlink()
+        fsync_dir(directory)
+    first_dirty = _read_offset(directory / CLEANER_OFFSET_FILE)
+    return OpenedPartition(result.segments, start, topic_id or existing, first_dirty)
+
+
+def _read_offset(path: Path) -> int:
+    """A one-number checkpoint file; 0 if absent or unreadable (both safe defaults)."""
+    try:
+        return int(read_single_value(path) or 0)
+    except ValueError:
+        log.warning("%s is unreadable; ignoring it", path)
+        return 0
+
+
+@dataclass
+class LoadResult:
+    segments: list[LogSegment]
+    recovered: bool  # some segment was rewritten (truncated or indexes rebuilt)
+
+
+def load_segments(
+    directory: Path,
+    config: LogConfig,
+    now_ms: int,
+    *,
+    clean: bool,
+    recovery_point: int | None,
+    start_offset: int,
+) -> LoadResult:
+    changed = _remove_leftovers(directory)
+    bases: list[int] = []
+    for entry in os.scandir(directory):
+        m = SEGMENT_FILE_RE.match(entry.name)
+        if m is None or m.group(3):
+            continue
+        base = int(m.group(1))
+        if m.group(2) == LOG_EXT:
+            bases.append(base)
+        elif (
+            m.group(2) in (INDEX_EXT, TIMEINDEX_EXT)
+            and not segment_path(directory, base, LOG_EXT).exists()
+        ):
+            os.unlink(entry.path)
+            changed = True
+    bases.sort()
+    segments: list[LogSegment] = []
+    recovered = False
+    for i, base in enumerate(bases):
+        nxt = bases[i + 1] if i + 1 < len(bases) else None
+        seg = LogSegment(directory, base, config, now_ms)
+        segments.append(seg)
+        trusted = clean or (
+            recovery_point is not None and nxt is not None and nxt <= recovery_point
+        )
+        if trusted:
+            missing = seg.indexes_missing
+            cut = seg.load()
+            if nxt is not None and seg.next_offset > nxt:
+                cut += seg.recover(max_next_offset=nxt)
+            recovered = recovered or cut > 0 or missing
+        else:
+            cut = seg.recover(max_next_offset=nxt)
+            recovered = True
+            if cut and nxt is not None:
+                log.warning(
+                    "%s: deleting %d unflushed segments after the corruption in %s",
+                    directory,
+                    len(bases) - i - 1,
+                    seg.log_path.name,
+                )
+                for later in bases[i + 1 :]:
+                    for ext in (LOG_EXT, INDEX_EXT, TIMEINDEX_EXT):
+                        segment_path(directory, later, ext).unlink(missing_ok=True)
+                changed = True
+                break
+    if not segments:
+        segments.append(LogSegment(directory, start_offset, config, now_ms, create=True))
+        changed = True
+    if changed:
+        fsync_dir(directory)
+    return LoadResult(segments, recovered or changed)
+
+
+def _remove_leftovers(directory: Path) -> bool:
+    changed = False
+    swaps: list[Path] = []
+    for entry in os.scandir(directory):
+        name = entry.name
+        if name.endswith((TMP_SUFFIX, DELETED_SUFFIX, CLEANED_SUFFIX)):
+            os.unlink(entry.path)
+            changed = True
+        elif name.endswith(SWAP_SUFFIX):
+            swaps.append(Path(entry.path))
+    for swap in sorted(swaps):
+        m = SEGMENT_FILE_RE.match(swap.name)
+        if m is None or m.group(2) != LOG_EXT:
+            swap.unlink()
+            continue
+        _complete_swap(directory, int(m.group(1)), swap)
+        changed = True
+    return changed
+
+
+def _complete_swap(directory: Path, base: int, swap: Path) -> None:
+    last = _last_offset(swap)
+    log.info("%s: completing interrupted cleaner swap of %s", directory, swap.name)
+    for entry in os.scandir(directory):
+        m = SEGMENT_FILE_RE.match(entry.name)
+        if m is None or m.group(3) or m.group(2) not in (LOG_EXT, INDEX_EXT, TIMEINDEX_EXT):
+            continue
+        seg_base = int(m.group(1))
+        if seg_base == base or (last is not None and base <= seg_base <= last):
+            os.unlink(entry.path)
+    os.replace(swap, segment_path(directory, base, LOG_EXT))
+
+
+def _last_offset(path: Path) -> int | None:
+    """Last offset of the whole batches in a segment file (header scan only)."""
+    last = None
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        pos = 0
+        while pos + HEADER_SIZE <= size:
+            header = parse_header(os.pread(f.fileno(), HEADER_SIZE, pos))
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > size:
+                break
+            last = header.last_offset
+            pos += header.size
+    return last

@@ -1,0 +1,106 @@
+"""Topic metadata: names validated as Kafka does, persisted in `tidegate-topics.json`.
+
+`TopicMeta` is what the broker knows about a topic: name, id, partition count and the
+topic-level config overrides that were explicitly set (defaults are not stored, so a
+broker default change reaches every topic that did not override it).
+
+Invariant: the file is replaced atomically, so after a crash it holds either the old or
+the new set of topics. It is the source of truth for which topics exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidegate.common.errors import InvalidTopicError
+from tidegate.storage.errors import LogDirectoryError
+from tidegate.storage.files import atomic_write, kafka_uuid, parse_kafka_uuid, read_single_value
+
+__all__ = [
+    "MAX_TOPIC_NAME_LENGTH",
+    "TOPICS_FILE",
+    "TopicMeta",
+    "collides",
+    "load_topics",
+    "save_topics",
+    "validate_topic_name",
+]
+
+TOPICS_FILE = "tidegate-topics.json"
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+@dataclass(frozen=True)
+class TopicMeta:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)  # explicit overrides only
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's `Topic.validate`, with its messages."""
+    if not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError('Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
+            f"characters, topic name: {name}"
+        )
+    if not _LEGAL.match(name):
+        raise InvalidTopicError(
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+            "alphanumerics, '.', '_' and '-'"
+        )
+
+
+def collides(a: str, b: str) -> bool:
+    """'.' and '_' collide in metric names, so Kafka refuses topics differing only so."""
+    return a != b and a.replace(".", "_") == b.replace(".", "_")
+
+
+def save_topics(log_dir: Path, topics: Mapping[str, TopicMeta]) -> None:
+    data = {
+        "version": 1,
+        "topics": [
+            {
+                "name": t.name,
+                "topic_id": kafka_uuid(t.topic_id),
+                "partitions": t.partitions,
+                "configs": dict(sorted(t.configs.items())),
+            }
+            for t in sorted(topics.values(), key=lambda t: t.name)
+        ],
+    }
+    atomic_write(log_dir / TOPICS_FILE, json.dumps(data, indent=1).encode("utf-8"))
+
+
+def load_topics(log_dir: Path) -> dict[str, TopicMeta]:
+    path = log_dir / TOPICS_FILE
+    text = read_single_value(path)
+    if text is None:
+        return {}
+    try:
+        data = json.loads(text)
+        if data.get("version") != 1:
+            raise ValueError(f"unsupported version {data.get('version')!r}")
+        topics = {}
+        for t in data["topics"]:
+            meta = TopicMeta(
+                name=str(t["name"]),
+                topic_id=parse_kafka_uuid(str(t["topic_id"])),
+                partitions=int(t["partitions"]),
+                configs={str(k): str(v) for k, v in t["configs"].items()},
+            )
+            topics[meta.name] = meta
+        return topics
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LogDirectoryError(f"{path} is unreadable: {exc}") from exc
