@@ -37,12 +37,23 @@ class Got:
     timestamp: int
 
 
-def make_records(n: int, prefix: str = "k") -> list[Rec]:
+def make_records(n: int, prefix: str = "k", header_sets: int = 3) -> list[Rec]:
+    """Keyed records; the value starts with the record's index. Headers cycle over a
+    few fixed sets (kcat attaches one header set per invocation, so use 1 for kcat)."""
+    header_sets_ = [(("src", b"test"), ("set", str(s).encode())) for s in range(header_sets)]
     return [
-        Rec(f"{prefix}{i % 997}".encode(), f"value-{i}-{'x' * (i % 50)}".encode(),
-            (("idx", str(i).encode()), ("src", b"test")))
+        Rec(
+            f"{prefix}{i % 997}".encode(),
+            f"{i}:value-{'x' * (i % 50)}".encode(),
+            header_sets_[i % header_sets],
+        )
         for i in range(n)
     ]
+
+
+def index_of(value: bytes | None) -> int:
+    assert value is not None
+    return int(value.split(b":", 1)[0])
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -70,8 +81,15 @@ def _produce_confluent(bootstrap: str, topic: str, recs: list[Rec], codec: str) 
     from confluent_kafka import Producer
 
     errors: list[object] = []
-    p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "acks": "all",
-                  "linger.ms": 20, "enable.idempotence": False})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "compression.type": codec,
+            "acks": "all",
+            "linger.ms": 20,
+            "enable.idempotence": False,
+        }
+    )
 
     def cb(err: object, _msg: object) -> None:
         if err is not None:
@@ -92,9 +110,14 @@ def _produce_confluent(bootstrap: str, topic: str, recs: list[Rec], codec: str) 
 def _produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], codec: str) -> None:
     from kafka import KafkaProducer
 
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
-                      compression_type=None if codec == "none" else codec,
-                      enable_idempotence=False, batch_size=65536)
+    p = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=20,
+        compression_type=None if codec == "none" else codec,
+        enable_idempotence=False,
+        batch_size=65536,
+    )
     futs = [p.send(topic, key=r.key, value=r.value, headers=list(r.headers)) for r in recs]
     p.flush(120)
     for f in futs:
@@ -105,9 +128,14 @@ def _produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], codec: st
 async def _produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], codec: str) -> None:
     from aiokafka import AIOKafkaProducer
 
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
-                         compression_type=None if codec == "none" else codec,
-                         enable_idempotence=False, max_batch_size=65536)
+    p = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=20,
+        compression_type=None if codec == "none" else codec,
+        enable_idempotence=False,
+        max_batch_size=65536,
+    )
     await p.start()
     try:
         futs = [await p.send(topic, r.value, key=r.key, headers=list(r.headers)) for r in recs]
@@ -131,8 +159,24 @@ def _produce_kcat(bootstrap: str, topic: str, recs: list[Rec], codec: str) -> No
                 assert b"\x1f" not in r.key and b"\n" not in r.value
                 f.write(r.key + b"\x1f" + r.value + b"\n")
             name = f.name
-        args = [kcat, "-P", "-b", bootstrap, "-t", topic, "-K", "\x1f", "-z", codec,
-                "-X", "acks=all", "-X", "linger.ms=20", "-l", name]
+        args = [
+            kcat,
+            "-P",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-K",
+            "\x1f",
+            "-z",
+            codec,
+            "-X",
+            "acks=all",
+            "-X",
+            "linger.ms=20",
+            "-l",
+            name,
+        ]
         for k, v in headers:
             args += ["-H", f"{k}={v.decode()}"]
         subprocess.run(args, check=True, timeout=300, capture_output=True)
@@ -161,8 +205,14 @@ def _partitions(bootstrap: str, topic: str) -> list[int]:
 def _consume_confluent(bootstrap: str, topic: str, n: int, timeout: float) -> list[Got]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in _partitions(bootstrap, topic)])
     out: list[Got] = []
     deadline = time.monotonic() + timeout
@@ -170,8 +220,16 @@ def _consume_confluent(bootstrap: str, topic: str, n: int, timeout: float) -> li
         for m in c.consume(1000, 1.0):
             if m.error():
                 raise RuntimeError(m.error())
-            out.append(Got(m.partition(), m.offset(), m.key(), m.value(),
-                           tuple(m.headers() or ()), m.timestamp()[1]))
+            out.append(
+                Got(
+                    m.partition(),
+                    m.offset(),
+                    m.key(),
+                    m.value(),
+                    tuple(m.headers() or ()),
+                    m.timestamp()[1],
+                )
+            )
     c.close()
     return out
 
@@ -179,16 +237,21 @@ def _consume_confluent(bootstrap: str, topic: str, n: int, timeout: float) -> li
 def _consume_kafka_python(bootstrap: str, topic: str, n: int, timeout: float) -> list[Got]:
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                      auto_offset_reset="earliest", group_id=None)
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        group_id=None,
+    )
     c.assign([TopicPartition(topic, p) for p in _partitions(bootstrap, topic)])
     out: list[Got] = []
     deadline = time.monotonic() + timeout
     while len(out) < n and time.monotonic() < deadline:
         for tp, msgs in c.poll(1000, max_records=5000).items():
             for m in msgs:
-                out.append(Got(tp.partition, m.offset, m.key, m.value, tuple(m.headers),
-                               m.timestamp))
+                out.append(
+                    Got(tp.partition, m.offset, m.key, m.value, tuple(m.headers), m.timestamp)
+                )
     c.close()
     return out
 
@@ -196,8 +259,12 @@ def _consume_kafka_python(bootstrap: str, topic: str, n: int, timeout: float) ->
 async def _consume_aiokafka(bootstrap: str, topic: str, n: int, timeout: float) -> list[Got]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                         auto_offset_reset="earliest", group_id=None)
+    c = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        group_id=None,
+    )
     await c.start()
     out: list[Got] = []
     try:
@@ -208,8 +275,9 @@ async def _consume_aiokafka(bootstrap: str, topic: str, n: int, timeout: float) 
             batch = await c.getmany(timeout_ms=1000, max_records=5000)
             for tp, msgs in batch.items():
                 for m in msgs:
-                    out.append(Got(tp.partition, m.offset, m.key, m.value, tuple(m.headers),
-                                   m.timestamp))
+                    out.append(
+                        Got(tp.partition, m.offset, m.key, m.value, tuple(m.headers), m.timestamp)
+                    )
     finally:
         await c.stop()
     return out
@@ -219,15 +287,24 @@ def _consume_kcat(bootstrap: str, topic: str, n: int, timeout: float) -> list[Go
     kcat = shutil.which("kcat")
     assert kcat
     proc = subprocess.run(
-        [kcat, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-J",
-         "-c", str(n)], capture_output=True, timeout=timeout, check=True)
+        [kcat, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-J", "-c", str(n)],
+        capture_output=True,
+        timeout=timeout,
+        check=True,
+    )
     out = []
     for line in proc.stdout.splitlines():
         d = json.loads(line)
         hdrs = d.get("headers") or []
         headers = tuple((hdrs[i], hdrs[i + 1].encode()) for i in range(0, len(hdrs), 2))
-        out.append(Got(d["partition"], d["offset"],
-                       None if d["key"] is None else d["key"].encode(),
-                       None if d["payload"] is None else d["payload"].encode(),
-                       headers, d["ts"]))
+        out.append(
+            Got(
+                d["partition"],
+                d["offset"],
+                None if d["key"] is None else d["key"].encode(),
+                None if d["payload"] is None else d["payload"].encode(),
+                headers,
+                d["ts"],
+            )
+        )
     return out

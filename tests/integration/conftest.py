@@ -29,8 +29,9 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, port: int | None = None,
-                 overrides: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, port: int | None = None, overrides: dict[str, str] | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.overrides = dict(overrides or {})
@@ -43,15 +44,23 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> None:
-        args = [sys.executable, "-m", "tidegate.cli.main", "serve",
-                "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
-                "--override", f"log.dirs={self.data_dir}"]
+        args = [
+            sys.executable,
+            "-m",
+            "tidegate.cli.main",
+            "serve",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "--override",
+            f"log.dirs={self.data_dir}",
+        ]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
+        )
         ready = threading.Event()
 
         def pump() -> None:

@@ -26,9 +26,20 @@ from kio.serial._introspect import (
 )
 
 _FIXED = {
-    "int8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4,
-    "uint32": 4, "timedelta_i32": 4, "int64": 8, "uint64": 8, "float64": 8,
-    "timedelta_i64": 8, "datetime_i64": 8, "uuid": 16,
+    "int8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
 }
 
 
@@ -46,7 +57,7 @@ class _F:
 
 
 @functools.cache
-def _plan(cls: type[Any]) -> tuple[tuple[_F, ...], dict[int, _F], bool]:
+def _plan(cls: Any) -> tuple[tuple[_F, ...], dict[int, _F], bool]:
     flexible = bool(getattr(cls, "__flexible__", False))
     regular: list[_F] = []
     tagged: dict[int, _F] = {}
@@ -105,7 +116,7 @@ def _length(buf: bytes, pos: int, end: int, flexible: bool, size: int) -> tuple[
     return _int(buf, pos, size, end), pos + size
 
 
-def _walk(cls: type[Any], buf: bytes, pos: int, end: int, flexible_override: bool | None) -> int:
+def _walk(cls: Any, buf: bytes, pos: int, end: int, flexible_override: bool | None) -> int:
     regular, tagged, flexible = _plan(cls)
     if flexible_override is not None:
         flexible = flexible_override
@@ -120,9 +131,9 @@ def _walk(cls: type[Any], buf: bytes, pos: int, end: int, flexible_override: boo
             size, pos = _uvarint(buf, pos, end)
             if size > end - pos:
                 raise GuardError(f"tagged field {tag} of {size} bytes runs past the end")
-            spec = tagged.get(tag)
-            if spec is not None:
-                _field(spec, buf, pos, pos + size, flexible)
+            tagged_spec = tagged.get(tag)
+            if tagged_spec is not None:
+                _field(tagged_spec, buf, pos, pos + size, flexible)
             pos += size
     return pos
 
@@ -161,8 +172,19 @@ def _field(spec: _F, buf: bytes, pos: int, end: int, flexible: bool) -> int:
                     if kind == "entities":
                         pos = _walk(spec.sub, buf, pos, end, None)
                     else:
-                        pos = _field(_F("string" if spec.kafka_type == "string" else "bytes",
-                                        spec.kafka_type, 0, None, True), buf, pos, end, flexible)
+                        pos = _field(
+                            _F(
+                                "string" if spec.kafka_type == "string" else "bytes",
+                                spec.kafka_type,
+                                0,
+                                None,
+                                True,
+                            ),
+                            buf,
+                            pos,
+                            end,
+                            flexible,
+                        )
     if pos > end:
         raise GuardError("field runs past the end of the request")
     return pos

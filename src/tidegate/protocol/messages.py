@@ -92,7 +92,7 @@ def encode(entity: Entity) -> bytes:
 
 
 @functools.cache
-def _fields(cls: type[Any]) -> tuple[tuple[str, Any, Any, str, Any], ...]:
+def _fields(cls: Any) -> tuple[tuple[str, Any, Any, str, Any], ...]:
     """(name, classification, default, kafka_type, default_factory) per field."""
     result = []
     for f in dataclasses.fields(cls):
@@ -137,7 +137,7 @@ def _convert(kafka_type: str, value: object) -> object:
 def build(cls: type[E], data: Mapping[str, Any]) -> E:
     """Construct entity `cls` from plain values (see the module docstring)."""
     kwargs: dict[str, Any] = {}
-    for name, cl, default, kafka_type, factory in _fields(cls):
+    for name, cl, default, kafka_type, factory in _fields(cast(Any, cls)):
         if name in data:
             value = data[name]
             if isinstance(cl, EntityTupleField):
@@ -155,9 +155,7 @@ def build(cls: type[E], data: Mapping[str, Any]) -> E:
             elif isinstance(cl, PrimitiveField):
                 value = _convert(kafka_type, value)
             kwargs[name] = value
-        elif default is not dataclasses.MISSING:
-            continue
-        elif factory is not dataclasses.MISSING:
+        elif default is not dataclasses.MISSING or factory is not dataclasses.MISSING:
             continue
         elif isinstance(cl, EntityTupleField | PrimitiveTupleField):
             kwargs[name] = ()

@@ -35,7 +35,7 @@ class BrokerApp:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.broker.load)
         self.bound = await self.listener.start()
-        interval = (self.config.get_int("log.retention.check.interval.ms", 300000) or 300000)
+        interval = self.config.get_int("log.retention.check.interval.ms", 300000) or 300000
         self._tasks.append(asyncio.create_task(self._every(interval, self._retention)))
         if self.config.get_bool("log.cleaner.enable"):
             backoff = self.config.get_int("log.cleaner.backoff.ms", 15000) or 15000
@@ -100,12 +100,12 @@ async def _main(config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]]
         await app.stop()
 
 
-def run_broker(config: BrokerConfig,
-               on_ready: Callable[[list[tuple[str, int]]], None] = lambda _: None) -> None:
+def run_broker(
+    config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]], None] = lambda _: None
+) -> None:
     try:
         import uvloop
-
-        runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        runner = asyncio.run
-    runner(_main(config, on_ready))
+        asyncio.run(_main(config, on_ready))
+    else:
+        uvloop.run(_main(config, on_ready))

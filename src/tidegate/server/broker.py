@@ -36,9 +36,15 @@ class Broker:
         self.node_id = config.node_id
         self.dynamic_configs: dict[str, str] = _load_dynamic(config.log_dir)
         self.log_defaults: LogConfig = topic_defaults_from_broker(
-            {**config.props, **self.dynamic_configs})
-        self.logs = LogManager(config.log_dir, self.log_defaults, self.clock,
-                               node_id=self.node_id, cluster_id=config.get("cluster.id") or None)
+            {**config.props, **self.dynamic_configs}
+        )
+        self.logs = LogManager(
+            config.log_dir,
+            self.log_defaults,
+            self.clock,
+            node_id=self.node_id,
+            cluster_id=config.get("cluster.id") or None,
+        )
         self.group_commit = GroupCommit(self._on_flushed)
         self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._log_tp: dict[int, TopicPartition] = {}

@@ -49,8 +49,15 @@ class Dispatcher:
 
 
 def default_dispatcher() -> Dispatcher:
-    from tidegate.server.handlers import admin, api_versions, configs, fetch, metadata, produce
-    from tidegate.server.handlers import offsets
+    from tidegate.server.handlers import (
+        admin,
+        api_versions,
+        configs,
+        fetch,
+        metadata,
+        offsets,
+        produce,
+    )
 
     d = Dispatcher()
     d.register(18, api_versions.handle, 0, 4)

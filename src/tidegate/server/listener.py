@@ -43,8 +43,9 @@ class ProtocolViolation(Exception):
 
 
 class Connection:
-    def __init__(self, broker: Broker, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self.broker = broker
         self.reader = reader
         self.writer = writer
@@ -109,8 +110,10 @@ class Connection:
         if not dispatcher.supports(header.api_key, header.api_version):
             if header.api_key == API_VERSIONS_KEY:
                 # KIP-511: answer at v0 so any client can read our supported ranges.
-                body = build(request_class_response_v0(), {
-                    "error_code": 35, "api_keys": api_keys_payload(self.broker)})
+                body = build(
+                    request_class_response_v0(),
+                    {"error_code": 35, "api_keys": api_keys_payload(self.broker)},
+                )
                 await self.pending.put((header.correlation_id, False, body))
                 return
             raise ProtocolViolation(
@@ -124,10 +127,12 @@ class Connection:
             request = decode(cls, frame, pos)
         except (HeaderError, DecodeError) as e:
             raise ProtocolViolation(
-                f"cannot parse {api.name} v{header.api_version} request: {e}") from e
-        ctx = RequestContext(header.api_key, header.api_version, header.correlation_id,
-                             header.client_id, self.peer)
-        task = asyncio.create_task(api.handler(self.broker, ctx, request))
+                f"cannot parse {api.name} v{header.api_version} request: {e}"
+            ) from e
+        ctx = RequestContext(
+            header.api_key, header.api_version, header.correlation_id, header.client_id, self.peer
+        )
+        task: asyncio.Task[Any] = asyncio.ensure_future(api.handler(self.broker, ctx, request))
         # ApiVersions responses always use header v0 (KIP-511).
         resp_flexible = flexible and header.api_key != API_VERSIONS_KEY
         await self.pending.put((header.correlation_id, resp_flexible, task))
@@ -175,8 +180,12 @@ class Listener:
         bound = []
         for lis in self.broker.config.listeners():
             server = await asyncio.start_server(
-                self._accept, host=lis.host or None, port=lis.port, reuse_address=True,
-                limit=1 << 20)
+                self._accept,
+                host=lis.host or None,
+                port=lis.port,
+                reuse_address=True,
+                limit=1 << 20,
+            )
             self.servers.append(server)
             for sock in server.sockets:
                 addr = sock.getsockname()

@@ -26,12 +26,14 @@ log = logging.getLogger(__name__)
 def _check_replication(broker: Broker, factor: int, assignments: Any) -> None:
     if factor not in (-1, 1) and factor is not None:
         raise InvalidReplicationFactorError(
-            f"replication factor {factor} is larger than the 1 available broker")
+            f"replication factor {factor} is larger than the 1 available broker"
+        )
     for a in assignments or ():
         ids = list(view(a, "broker_ids", ()))
         if ids != [broker.node_id]:
             raise InvalidReplicationFactorError(
-                f"replica assignment {ids} names brokers other than {broker.node_id}")
+                f"replica assignment {ids} names brokers other than {broker.node_id}"
+            )
 
 
 async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -40,9 +42,15 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
     seen: set[str] = set()
     for t in req.topics:
         name = str(t.name)
-        out: dict[str, Any] = {"name": name, "topic_id": ZERO_UUID, "error_code": 0,
-                               "error_message": None, "num_partitions": -1,
-                               "replication_factor": -1, "configs": []}
+        out: dict[str, Any] = {
+            "name": name,
+            "topic_id": ZERO_UUID,
+            "error_code": 0,
+            "error_message": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": [],
+        }
         try:
             if name in seen:
                 raise InvalidRequestError(f"topic {name} appears twice in the request")
@@ -52,7 +60,8 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             if assignments:
                 if partitions != -1:
                     raise InvalidRequestError(
-                        "both num_partitions and replica assignments were given")
+                        "both num_partitions and replica assignments were given"
+                    )
                 partitions = len(assignments)
             elif partitions == -1:
                 partitions = broker.default_partitions()
@@ -62,8 +71,9 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             configs = {str(c.name): str(c.value) for c in t.configs if c.value is not None}
             validate_topic_configs(configs)
             if name in broker.logs.topics:
-                raise KafkaError(f"topic '{name}' already exists.",
-                                 code=ErrorCode.topic_already_exists)
+                raise KafkaError(
+                    f"topic '{name}' already exists.", code=ErrorCode.topic_already_exists
+                )
             if validate_only:
                 broker.logs.validate_new_topic(name, partitions, configs)
             else:
@@ -71,8 +81,13 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             out["num_partitions"] = partitions
             out["replication_factor"] = 1
             out["configs"] = [
-                {"name": c["name"], "value": c["value"], "read_only": c["read_only"],
-                 "config_source": c["config_source"], "is_sensitive": False}
+                {
+                    "name": c["name"],
+                    "value": c["value"],
+                    "read_only": c["read_only"],
+                    "config_source": c["config_source"],
+                    "is_sensitive": False,
+                }
                 for c in describe_topic_configs(broker, name, configs)
             ]
         except KafkaError as e:
@@ -90,12 +105,18 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
         targets = [(str(n), None) for n in req.topic_names]
     responses = []
     for name, topic_id in targets:
-        out: dict[str, Any] = {"name": name, "topic_id": topic_id or ZERO_UUID,
-                               "error_code": 0, "error_message": None}
+        out: dict[str, Any] = {
+            "name": name,
+            "topic_id": topic_id or ZERO_UUID,
+            "error_code": 0,
+            "error_message": None,
+        }
         try:
             if not broker.config.get_bool("delete.topic.enable"):
-                raise KafkaError("topic deletion is disabled (delete.topic.enable=false)",
-                                 code=ErrorCode.topic_deletion_disabled)
+                raise KafkaError(
+                    "topic deletion is disabled (delete.topic.enable=false)",
+                    code=ErrorCode.topic_deletion_disabled,
+                )
             if not name and topic_id is not None and topic_id != ZERO_UUID:
                 meta = broker.logs.topic_by_id(topic_id)
                 if meta is None:
@@ -124,7 +145,8 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
             if count <= meta.partitions:
                 raise InvalidPartitionsError(
                     f"topic {t.name} has {meta.partitions} partitions; the new count must "
-                    f"be larger, got {count}")
+                    f"be larger, got {count}"
+                )
             _check_replication(broker, 1, t.assignments)
             if not req.validate_only:
                 broker.logs.create_partitions(t.name, count)
@@ -137,13 +159,31 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
 
 async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if int(view(req, "endpoint_type", 1)) != 1:
-        return build(ctx.response_class, {
-            "throttle_time": 0, "error_code": ErrorCode.unsupported_endpoint_type,
-            "error_message": "only broker endpoints are served", "cluster_id": broker.cluster_id,
-            "controller_id": broker.node_id, "brokers": []})
-    brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"],
-                "rack": b["rack"]} for b in brokers_payload(broker)]
-    return build(ctx.response_class, {
-        "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-        "cluster_id": broker.cluster_id, "controller_id": broker.node_id,
-        "brokers": brokers, "cluster_authorized_operations": -2147483648})
+        return build(
+            ctx.response_class,
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.unsupported_endpoint_type,
+                "error_message": "only broker endpoints are served",
+                "cluster_id": broker.cluster_id,
+                "controller_id": broker.node_id,
+                "brokers": [],
+            },
+        )
+    brokers = [
+        {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+        for b in brokers_payload(broker)
+    ]
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "error_message": None,
+            "endpoint_type": 1,
+            "cluster_id": broker.cluster_id,
+            "controller_id": broker.node_id,
+            "brokers": brokers,
+            "cluster_authorized_operations": -2147483648,
+        },
+    )

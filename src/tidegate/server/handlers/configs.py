@@ -46,8 +46,9 @@ def _synonyms(broker: Broker, name: str, overrides: dict[str, str]) -> list[dict
         out.append({"name": name, "value": overrides[name], "source": SRC_TOPIC})
     for bkey, _factor in BROKER_SYNONYMS.get(name, ()):
         if bkey in broker.dynamic_configs:
-            out.append({"name": bkey, "value": broker.dynamic_configs[bkey],
-                        "source": SRC_DYNAMIC_DEFAULT})
+            out.append(
+                {"name": bkey, "value": broker.dynamic_configs[bkey], "source": SRC_DYNAMIC_DEFAULT}
+            )
         if bkey in broker.config.explicit:
             out.append({"name": bkey, "value": broker.config.get(bkey), "source": SRC_STATIC})
     key = TOPIC_CONFIG_KEYS[name]
@@ -55,8 +56,9 @@ def _synonyms(broker: Broker, name: str, overrides: dict[str, str]) -> list[dict
     return out
 
 
-def describe_topic_configs(broker: Broker, topic: str,
-                           overrides: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def describe_topic_configs(
+    broker: Broker, topic: str, overrides: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     if overrides is None:
         meta = broker.logs.topics.get(topic)
         if meta is None:
@@ -67,16 +69,18 @@ def describe_topic_configs(broker: Broker, topic: str,
     for name in sorted(TOPIC_CONFIG_KEYS):
         key = TOPIC_CONFIG_KEYS[name]
         syn = _synonyms(broker, name, overrides)
-        result.append({
-            "name": name,
-            "value": effective.value_of(name),
-            "read_only": False,
-            "config_source": syn[0]["source"],
-            "is_sensitive": False,
-            "synonyms": syn,
-            "config_type": int(key.type),
-            "documentation": key.doc,
-        })
+        result.append(
+            {
+                "name": name,
+                "value": effective.value_of(name),
+                "read_only": False,
+                "config_source": syn[0]["source"],
+                "is_sensitive": False,
+                "synonyms": syn,
+                "config_type": int(key.type),
+                "documentation": key.doc,
+            }
+        )
     return result
 
 
@@ -92,13 +96,18 @@ def describe_broker_configs(broker: Broker) -> list[dict[str, Any]]:
             source = SRC_STATIC
         else:
             source = SRC_DEFAULT
-        result.append({
-            "name": name, "value": props[name], "read_only": name not in _dynamic_keys(),
-            "config_source": source, "is_sensitive": False,
-            "synonyms": [{"name": name, "value": props[name], "source": source}],
-            "config_type": BROKER_TYPES.get(spec[1], 0) if spec else 0,
-            "documentation": spec[2] if spec else None,
-        })
+        result.append(
+            {
+                "name": name,
+                "value": props[name],
+                "read_only": name not in _dynamic_keys(),
+                "config_source": source,
+                "is_sensitive": False,
+                "synonyms": [{"name": name, "value": props[name], "source": source}],
+                "config_type": BROKER_TYPES.get(spec[1], 0) if spec else 0,
+                "documentation": spec[2] if spec else None,
+            }
+        )
     return result
 
 
@@ -111,16 +120,21 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
     include_docs = bool(view(req, "include_documentation", False))
     results = []
     for r in req.resources:
-        out: dict[str, Any] = {"error_code": 0, "error_message": None,
-                               "resource_type": r.resource_type,
-                               "resource_name": r.resource_name, "configs": []}
+        out: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": r.resource_type,
+            "resource_name": r.resource_name,
+            "configs": [],
+        }
         try:
             if r.resource_type == TOPIC:
                 configs = describe_topic_configs(broker, r.resource_name)
             elif r.resource_type == BROKER:
                 if r.resource_name not in ("", str(broker.node_id)):
                     raise InvalidRequestError(
-                        f"broker {r.resource_name} is not this broker ({broker.node_id})")
+                        f"broker {r.resource_name} is not this broker ({broker.node_id})"
+                    )
                 configs = describe_broker_configs(broker)
             else:
                 raise InvalidRequestError(f"resource type {r.resource_type} is not supported")
@@ -139,8 +153,9 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
     return build(ctx.response_class, {"throttle_time": 0, "results": results})
 
 
-def _apply_ops(current: dict[str, str | None], ops: list[tuple[str, int, str | None]],
-               defaults: LogConfig) -> dict[str, str | None]:
+def _apply_ops(
+    current: dict[str, str | None], ops: list[tuple[str, int, str | None]], defaults: LogConfig
+) -> dict[str, str | None]:
     """Apply incremental operations to a copy of `current`; None means delete."""
     result = dict(current)
     for name, op, value in ops:
@@ -151,8 +166,9 @@ def _apply_ops(current: dict[str, str | None], ops: list[tuple[str, int, str | N
         elif op in (APPEND, SUBTRACT):
             key = TOPIC_CONFIG_KEYS.get(name)
             if key is None or key.type.name != "LIST":
-                raise InvalidConfigError(f"{name} is not a list config; APPEND/SUBTRACT apply "
-                                         "only to lists")
+                raise InvalidConfigError(
+                    f"{name} is not a list config; APPEND/SUBTRACT apply only to lists"
+                )
             base = result.get(name)
             if base is None:
                 base = defaults.value_of(name)
@@ -172,9 +188,12 @@ async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: boo
     validate_only = bool(view(req, "validate_only", False))
     responses = []
     for r in req.resources:
-        out: dict[str, Any] = {"error_code": 0, "error_message": None,
-                               "resource_type": r.resource_type,
-                               "resource_name": r.resource_name}
+        out: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": r.resource_type,
+            "resource_name": r.resource_name,
+        }
         try:
             if incremental:
                 ops = [(c.name, int(c.config_operation), c.value) for c in r.configs]
@@ -196,13 +215,15 @@ async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: boo
             elif r.resource_type == BROKER:
                 if r.resource_name not in ("", str(broker.node_id)):
                     raise InvalidRequestError(
-                        f"broker {r.resource_name} is not this broker ({broker.node_id})")
+                        f"broker {r.resource_name} is not this broker ({broker.node_id})"
+                    )
                 dyn = _dynamic_keys()
                 for name, _, _ in ops:
                     if name not in dyn:
                         raise InvalidRequestError(
                             f"{name} cannot be changed at run time; dynamic broker configs "
-                            f"are the topic defaults: {', '.join(sorted(dyn))}")
+                            f"are the topic defaults: {', '.join(sorted(dyn))}"
+                        )
                 base_b: dict[str, str | None] = dict(broker.dynamic_configs) if incremental else {}
                 new_b = _apply_ops(base_b, ops, broker.log_defaults)
                 final_b = {k: v for k, v in new_b.items() if v is not None}

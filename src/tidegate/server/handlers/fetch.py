@@ -53,9 +53,11 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                 "records": b"",
             }
             if lg is None:
-                out["error_code"] = (ErrorCode.unknown_topic_id
-                                     if name is None and topic_id is not None
-                                     else ErrorCode.unknown_topic_or_partition)
+                out["error_code"] = (
+                    ErrorCode.unknown_topic_id
+                    if name is None and topic_id is not None
+                    else ErrorCode.unknown_topic_or_partition
+                )
                 any_error = True
                 parts_out.append(out)
                 continue
@@ -69,7 +71,8 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                 if offset > lg.log_end_offset or offset < lg.log_start_offset:
                     raise KafkaError(
                         f"offset {offset} is outside {lg.log_start_offset}..{lg.log_end_offset}",
-                        code=ErrorCode.offset_out_of_range)
+                        code=ErrorCode.offset_out_of_range,
+                    )
                 if offset >= hw or (limit <= 0 and not first_data):
                     data = b""
                 else:
@@ -85,8 +88,9 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                 remaining = max(remaining - len(data), 0)
             out["records"] = data
             parts_out.append(out)
-        topics_out.append({"topic": name or "", "topic_id": topic_id or ZERO_UUID,
-                           "partitions": parts_out})
+        topics_out.append(
+            {"topic": name or "", "topic_id": topic_id or ZERO_UUID, "partitions": parts_out}
+        )
     return topics_out, total, any_error
 
 
@@ -96,7 +100,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     min_bytes = int(req.min_bytes)
     wait_ms = ms(req.max_wait)
     if total < max(min_bytes, 1) and not any_error and wait_ms > 0 and topics_out:
-        tps = []
+        tps: list[tuple[str, int]] = []
         for topic in req.topics:
             name, _ = resolve_topic(broker, topic)
             if name:
@@ -110,9 +114,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             topics_out, total, any_error = _read_all(broker, req, isolation)
             if total >= min_bytes or any_error:
                 break
-    return build(ctx.response_class, {
-        "throttle_time": 0,
-        "error_code": 0,
-        "session_id": 0,
-        "responses": topics_out,
-    })
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": topics_out,
+        },
+    )

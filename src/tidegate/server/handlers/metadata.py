@@ -48,8 +48,13 @@ def topic_payload(broker: Broker, name: str) -> dict[str, Any]:
 
 
 def _error_topic(name: str | None, code: ErrorCode, topic_id: Any = None) -> dict[str, Any]:
-    return {"error_code": code, "name": name, "topic_id": topic_id or ZERO_UUID,
-            "is_internal": False, "partitions": []}
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id or ZERO_UUID,
+        "is_internal": False,
+        "partitions": [],
+    }
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -90,11 +95,14 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
             else:
                 topics.append(topic_payload(broker, name))
-    return build(ctx.response_class, {
-        "throttle_time": 0,
-        "brokers": brokers_payload(broker),
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
-        "topics": topics,
-        "cluster_authorized_operations": -2147483648,
-    })
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": 0,
+            "brokers": brokers_payload(broker),
+            "cluster_id": broker.cluster_id,
+            "controller_id": broker.node_id,
+            "topics": topics,
+            "cluster_authorized_operations": -2147483648,
+        },
+    )

@@ -26,8 +26,9 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_TIERED = -1, -2, -3, -
 def _check_epoch(current: int) -> ErrorCode:
     if current < 0 or current == LEADER_EPOCH:
         return ErrorCode.none
-    return (ErrorCode.fenced_leader_epoch if current < LEADER_EPOCH
-            else ErrorCode.unknown_leader_epoch)
+    return (
+        ErrorCode.fenced_leader_epoch if current < LEADER_EPOCH else ErrorCode.unknown_leader_epoch
+    )
 
 
 async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -36,9 +37,14 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> 
         parts = []
         for p in t.partitions:
             index = int(p.partition_index)
-            out: dict[str, Any] = {"partition_index": index, "error_code": 0,
-                                   "timestamp": -1, "offset": -1, "leader_epoch": -1,
-                                   "old_style_offsets": []}
+            out: dict[str, Any] = {
+                "partition_index": index,
+                "error_code": 0,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+                "old_style_offsets": [],
+            }
             lg = broker.get_log(t.name, index)
             if lg is None:
                 out["error_code"] = ErrorCode.unknown_topic_or_partition
@@ -80,8 +86,12 @@ async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, re
         parts = []
         for p in t.partitions:
             index = int(p.partition)
-            out: dict[str, Any] = {"error_code": 0, "partition": index,
-                                   "leader_epoch": -1, "end_offset": -1}
+            out: dict[str, Any] = {
+                "error_code": 0,
+                "partition": index,
+                "leader_epoch": -1,
+                "end_offset": -1,
+            }
             lg = broker.get_log(t.topic, index)
             if lg is None:
                 out["error_code"] = ErrorCode.unknown_topic_or_partition
@@ -103,8 +113,7 @@ async def handle_delete_records(broker: Broker, ctx: RequestContext, req: Any) -
         parts = []
         for p in t.partitions:
             index = int(p.partition_index)
-            out: dict[str, Any] = {"partition_index": index, "low_watermark": -1,
-                                   "error_code": 0}
+            out: dict[str, Any] = {"partition_index": index, "low_watermark": -1, "error_code": 0}
             lg = broker.get_log(t.name, index)
             if lg is None:
                 out["error_code"] = ErrorCode.unknown_topic_or_partition

@@ -22,9 +22,14 @@ from tidegate.server.handlers.common import error_fields, resolve_topic
 log = logging.getLogger(__name__)
 
 
-def _partition_result(index: int, code: ErrorCode = ErrorCode.none, message: str | None = None,
-                      base_offset: int = -1, log_append_time: int = -1,
-                      log_start_offset: int = -1) -> dict[str, Any]:
+def _partition_result(
+    index: int,
+    code: ErrorCode = ErrorCode.none,
+    message: str | None = None,
+    base_offset: int = -1,
+    log_append_time: int = -1,
+    log_start_offset: int = -1,
+) -> dict[str, Any]:
     return {
         "index": index,
         "error_code": code,
@@ -51,31 +56,53 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 continue
             lg = broker.get_log(name, index) if name else None
             if lg is None:
-                code = (ErrorCode.unknown_topic_id if name is None and topic_id is not None
-                        else ErrorCode.unknown_topic_or_partition)
+                code = (
+                    ErrorCode.unknown_topic_id
+                    if name is None and topic_id is not None
+                    else ErrorCode.unknown_topic_or_partition
+                )
                 results.append((key, _partition_result(index, code)))
                 continue
             records = part.records
             if not records:
-                results.append((key, _partition_result(
-                    index, ErrorCode.invalid_record, "produce request has no record batches")))
+                results.append(
+                    (
+                        key,
+                        _partition_result(
+                            index, ErrorCode.invalid_record, "produce request has no record batches"
+                        ),
+                    )
+                )
                 continue
             try:
                 info = lg.append(records)
             except KafkaError as e:
                 code, msg = error_fields(e)
-                log.warning("rejected produce to %s-%d from %s (%s): %s",
-                            name, index, ctx.peer, ctx.client_id, msg)
+                log.warning(
+                    "rejected produce to %s-%d from %s (%s): %s",
+                    name,
+                    index,
+                    ctx.peer,
+                    ctx.client_id,
+                    msg,
+                )
                 results.append((key, _partition_result(index, code, msg)))
                 continue
             except OSError as e:
                 log.error("storage error appending to %s-%d: %s", name, index, e)
-                results.append((key, _partition_result(
-                    index, ErrorCode.kafka_storage_error, str(e))))
+                results.append(
+                    (key, _partition_result(index, ErrorCode.kafka_storage_error, str(e)))
+                )
                 continue
             broker.after_append(name, index, lg)  # type: ignore[arg-type]
-            result = _partition_result(index, ErrorCode.none, None, info.first_offset,
-                                       info.log_append_time, info.log_start_offset)
+            result = _partition_result(
+                index,
+                ErrorCode.none,
+                None,
+                info.first_offset,
+                info.log_append_time,
+                info.log_start_offset,
+            )
             results.append((key, result))
             if acks == -1:
                 waits.append(broker.wait_durable(lg, info.last_offset + 1))
@@ -96,8 +123,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         topic_keys.setdefault(k, key)
         by_topic.setdefault(k, []).append(result)
     responses = [
-        {**{kk: vv for kk, vv in topic_keys[k].items() if vv is not None},
-         "partition_responses": parts}
+        {
+            **{kk: vv for kk, vv in topic_keys[k].items() if vv is not None},
+            "partition_responses": parts,
+        }
         for k, parts in by_topic.items()
     ]
     return build(ctx.response_class, {"responses": responses, "throttle_time": 0})
