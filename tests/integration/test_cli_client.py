@@ -14,7 +14,7 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
-from conftest import ROOT, BrokerProcess, free_port
+from tests.integration.conftest import ROOT, BrokerProcess, free_port
 
 from tidegate.client import (
     Admin,

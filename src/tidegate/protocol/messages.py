@@ -68,8 +68,13 @@ def _writer(cls: type[Entity]) -> Callable[[io.BytesIO, Entity], None]:
     return cast(Callable[[io.BytesIO, Entity], None], entity_writer(cls))
 
 
-def decode(cls: type[Entity], buf: bytes, pos: int = 0) -> Entity:
-    """Decode a whole body; trailing garbage or truncation is a DecodeError."""
+def decode(cls: type[Entity], buf: bytes, pos: int = 0, *, strict: bool = False) -> Entity:
+    """Decode a body; truncation is a DecodeError.
+
+    Trailing bytes after a complete body are ignored unless `strict`, as the Java
+    broker ignores them: librdkafka, for one, sends Metadata v13 requests with three
+    extra bytes after the tagged fields.
+    """
     try:
         guard.check(cls, buf, pos)
     except GuardError as e:
@@ -78,7 +83,7 @@ def decode(cls: type[Entity], buf: bytes, pos: int = 0) -> Entity:
         entity, size = _reader(cls)(buf[pos:] if pos else buf, 0)
     except Exception as e:  # kio raises a variety of errors on malformed input
         raise DecodeError(f"cannot decode {cls.__name__}: {e}") from e
-    if size != len(buf) - pos:
+    if strict and size != len(buf) - pos:
         raise DecodeError(
             f"{cls.__name__} body has {len(buf) - pos - size} unexpected trailing bytes"
         )

@@ -30,8 +30,7 @@ CLASSES = [
 def test_guard_accepts_encoded_messages(key: int, version: int, kind: str) -> None:
     cls = request_class(key, version) if kind == "request" else response_class(key, version)
 
-    @settings(max_examples=4, suppress_health_check=list(HealthCheck), deadline=None,
-              database=None)
+    @settings(max_examples=4, suppress_health_check=list(HealthCheck), deadline=None, database=None)
     @given(st.from_type(cls))
     def run(entity: object) -> None:
         raw = encode(entity)  # type: ignore[arg-type]
