@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.conftest import BrokerProcess  # noqa: E402
+from tests.integration.conftest import BrokerProcess
 
 
 def disk_bandwidth(directory: Path, total_mb: int, sync_each: bool) -> float:
@@ -44,9 +44,17 @@ def disk_bandwidth(directory: Path, total_mb: int, sync_each: bool) -> float:
 def produce(bootstrap: str, topic: str, n: int, size: int) -> float:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                  "batch.size": 1_000_000, "compression.type": "none",
-                  "enable.idempotence": False, "queue.buffering.max.kbytes": 1_048_576})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "compression.type": "none",
+            "enable.idempotence": False,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
     payload = os.urandom(size)
     failures = []
 
@@ -72,9 +80,15 @@ def produce(bootstrap: str, topic: str, n: int, size: int) -> float:
 def consume(bootstrap: str, topic: str, n: int, size: int, partitions: int) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                  "enable.auto.commit": False, "fetch.max.bytes": 52428800,
-                  "max.partition.fetch.bytes": 10485760})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52428800,
+            "max.partition.fetch.bytes": 10485760,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = 0
     start = time.perf_counter()
@@ -116,11 +130,15 @@ def main() -> None:
             broker.stop()
     mb = args.records * args.size / 1e6
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.python_version()}")
-    print(f"workload: {args.records} records x {args.size} B = {mb:.0f} MB, "
-          f"{args.partitions} partitions, acks=all, confluent-kafka load generator")
+    print(
+        f"workload: {args.records} records x {args.size} B = {mb:.0f} MB, "
+        f"{args.partitions} partitions, acks=all, confluent-kafka load generator"
+    )
     print(f"{'measurement':<44}{'MB/s':>10}{'vs disk':>10}")
     print(f"{'disk: 1 MiB writes + fdatasync each':<44}{disk_sync:>10.1f}{1.0:>10.2f}")
-    print(f"{'disk: 1 MiB writes, one fdatasync':<44}{disk_raw:>10.1f}{disk_raw / disk_sync:>10.2f}")
+    print(
+        f"{'disk: 1 MiB writes, one fdatasync':<44}{disk_raw:>10.1f}{disk_raw / disk_sync:>10.2f}"
+    )
     print(f"{'tidegate produce (acks=all, fsynced)':<44}{prod:>10.1f}{prod / disk_sync:>10.2f}")
     print(f"{'tidegate consume':<44}{cons:>10.1f}{cons / disk_sync:>10.2f}")
     print(f"consume/produce ratio: {cons / prod:.2f}")

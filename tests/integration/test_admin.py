@@ -21,7 +21,6 @@ from confluent_kafka.admin import (
     NewTopic,
     OffsetSpec,
 )
-
 from tests.integration.conftest import ROOT, BrokerProcess, free_port
 
 
@@ -168,6 +167,7 @@ def test_list_offsets_and_delete_records(shared_broker: BrokerProcess) -> None:
         {
             "bootstrap.servers": shared_broker.bootstrap,
             "group.id": "x",
+            "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
         }
     )
@@ -179,7 +179,8 @@ def test_list_offsets_and_delete_records(shared_broker: BrokerProcess) -> None:
 
 def test_kafka_python_admin(shared_broker: BrokerProcess) -> None:
     from kafka.admin import ConfigResource as KConfigResource
-    from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic as KNewTopic
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+    from kafka.admin import NewTopic as KNewTopic
 
     a = KafkaAdminClient(bootstrap_servers=shared_broker.bootstrap)
     a.create_topics([KNewTopic("kp-adm", 3, 1, topic_configs={"retention.bytes": "1000000"})])

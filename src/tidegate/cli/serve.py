@@ -17,14 +17,22 @@ from tidegate.common.errors import KafkaError
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("serve", help="run a broker",
-                       description="Run a Tidegate broker (like kafka-server-start.sh).")
-    p.add_argument("properties", nargs="?", type=Path,
-                   help="a server.properties file (Kafka's key names)")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="set a broker config, e.g. --override log.dirs=/tmp/t1")
-    p.add_argument("--log-level", default="INFO",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p = sub.add_parser(
+        "serve",
+        help="run a broker",
+        description="Run a Tidegate broker (like kafka-server-start.sh).",
+    )
+    p.add_argument(
+        "properties", nargs="?", type=Path, help="a server.properties file (Kafka's key names)"
+    )
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a broker config, e.g. --override log.dirs=/tmp/t1",
+    )
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=run)
 
 
@@ -42,15 +50,20 @@ def run(args: argparse.Namespace) -> int:
     for key in config.unknown_keys():
         logging.getLogger("tidegate.server").warning(
             "config %s is not a broker setting Tidegate knows; it is kept as a topic default "
-            "if it is one", key)
+            "if it is one",
+            key,
+        )
 
     from tidegate.server.app import run_broker
 
     def ready(bound: list[tuple[str, int]]) -> None:
         where = ", ".join(f"{h}:{p}" for h, p in bound)
         adv = ", ".join(str(x) for x in config.advertised_listeners())
-        print(f"Tidegate {config.node_id} listening on {where} (advertised as {adv}); "
-              f"data in {config.log_dir.resolve()}", flush=True)
+        print(
+            f"Tidegate {config.node_id} listening on {where} (advertised as {adv}); "
+            f"data in {config.log_dir.resolve()}",
+            flush=True,
+        )
 
     try:
         run_broker(config, ready)

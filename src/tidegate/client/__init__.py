@@ -1,0 +1,57 @@
+"""Tidegate's Python client: producer, consumer and admin, asyncio and blocking.
+
+The asyncio classes (`AsyncProducer`, `AsyncConsumer`, `AsyncAdmin`) are the
+implementation; `Producer`, `Consumer` and `Admin` run the same code on a private
+event-loop thread for blocking use. Configuration uses Kafka's keys and defaults
+(`client.config`). Layers inside: `connection` (sans-IO framing and correlation) ->
+`net` (asyncio connections, version negotiation, reconnects) -> `metadata` ->
+`producer` / `consumer` / `admin`. The client never imports the broker.
+"""
+
+from tidegate.client.admin import AsyncAdmin
+from tidegate.client.config import AdminConfig, ConsumerConfig, ProducerConfig
+from tidegate.client.consumer import AsyncConsumer
+from tidegate.client.errors import (
+    ClientClosedError,
+    ConfigError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    NoOffsetForPartitionError,
+)
+from tidegate.client.producer import AsyncProducer
+from tidegate.client.sync import Admin, Consumer, Producer
+from tidegate.client.types import (
+    ConfigEntry,
+    ConfigResource,
+    ConsumerRecord,
+    NewTopic,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicDescription,
+    TopicPartition,
+)
+
+__all__ = [
+    "Admin",
+    "AdminConfig",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "ClientClosedError",
+    "ConfigEntry",
+    "ConfigError",
+    "ConfigResource",
+    "Consumer",
+    "ConsumerConfig",
+    "ConsumerRecord",
+    "KafkaConnectionError",
+    "KafkaTimeoutError",
+    "NewTopic",
+    "NoOffsetForPartitionError",
+    "OffsetAndTimestamp",
+    "Producer",
+    "ProducerConfig",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+]

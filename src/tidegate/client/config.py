@@ -232,6 +232,7 @@ class ConsumerConfig(ClientConfig):
     check_crcs: bool = _opt("check.crcs", True, _bool)
     enable_auto_commit: bool = _opt("enable.auto.commit", True, _bool)
     client_rack: str = _opt("client.rack", "", _str)
+    allow_auto_create_topics: bool = _opt("allow.auto.create.topics", True, _bool)
     default_api_timeout_ms: int = _opt("default.api.timeout.ms", 60_000, _int(0, INT32_MAX))
 
     @classmethod

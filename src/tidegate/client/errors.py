@@ -20,6 +20,7 @@ __all__ = [
     "NoOffsetForPartitionError",
     "ProtocolError",
     "RequestTimedOutError",
+    "explain",
 ]
 
 
@@ -59,3 +60,18 @@ class ClientClosedError(RuntimeError):
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """A partition has no position and `auto.offset.reset` is `none`."""
+
+
+def explain(exc: BaseException) -> str:
+    """One line telling a person what went wrong and, where we can tell, what to do."""
+    text = str(exc)
+    if isinstance(exc, KafkaConnectionError) and "cannot reach" in text:
+        return f"{text}: is the broker running? start it with `tidegate serve`"
+    if isinstance(exc, ConfigError):
+        return f"configuration error: {text}"
+    if isinstance(exc, KafkaError):
+        name = exc.name
+        return text if name in text else f"{name}: {text}"
+    if isinstance(exc, ValueError) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -53,6 +53,7 @@ class Metadata:
         self.names_by_id: dict[uuid.UUID, str] = {}
         self.last_refresh_ms: float = float("-inf")
         self._update_requested = False
+        self.version = 0  # bumped by every update, so users can drop derived caches
 
     def request_update(self) -> None:
         self._update_requested = True
@@ -93,6 +94,7 @@ class Metadata:
                 self.names_by_id[topic_id] = name
         self.last_refresh_ms = now_ms
         self._update_requested = False
+        self.version += 1
 
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
@@ -194,6 +196,12 @@ class MetadataClient:
             err = self.cache.topic_error(name)
             if err is not None and not err.retriable:
                 raise err
+            missing = err is not None and err.code == ErrorCode.unknown_topic_or_partition
+            if missing and not self.allow_auto_create:
+                # Nothing will create it: say so now rather than after the timeout.
+                raise UnknownTopicOrPartitionError(
+                    f"topic {name!r} does not exist; create it with "
+                    f"`tidegate topics create {name}`")
             if time.monotonic() >= deadline:
                 if info is not None:
                     return info

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import time
 from collections.abc import Mapping
@@ -77,9 +78,13 @@ class BrokerConnection:
                 asyncio.open_connection(host, port, limit=1 << 20),
                 connect_timeout_ms / 1000)
         except (TimeoutError, OSError) as e:
-            why = e.strerror if isinstance(e, OSError) and e.strerror else (
-                "timed out" if isinstance(e, asyncio.TimeoutError) else str(e))
-            raise KafkaConnectionError(f"cannot reach {host}:{port}: {why}") from e
+            if isinstance(e, TimeoutError):
+                why = f"no answer within {connect_timeout_ms} ms"
+            elif e.errno:
+                why = os.strerror(e.errno).lower()
+            else:
+                why = str(e)
+            raise KafkaConnectionError(f"cannot reach {host}:{port} ({why})") from e
         conn = cls(host, port, reader, writer, client_id=client_id,
                    request_timeout_ms=request_timeout_ms, node_id=node_id)
         try:
@@ -249,6 +254,16 @@ class NetworkClient:
         info = self.nodes.get(node_id)
         if info is None:
             raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
+        conn = self._conns.get(node_id)
+        if conn is None or conn.closed:
+            # Adopt a bootstrap connection to the same address instead of opening another.
+            for key, other in list(self._conns.items()):
+                if isinstance(key, tuple) and not other.closed and \
+                        (other.host, other.port) == (info.host, info.port):
+                    del self._conns[key]
+                    other.node_id = node_id
+                    self._conns[node_id] = other
+                    return other
         return await self._open(node_id, info.host, info.port, node_id)
 
     async def any_connection(self) -> BrokerConnection:

@@ -12,10 +12,15 @@ from typing import NamedTuple
 
 __all__ = [
     "BrokerInfo",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResource",
     "ConsumerRecord",
+    "NewTopic",
     "OffsetAndTimestamp",
     "PartitionInfo",
     "RecordMetadata",
+    "TopicDescription",
     "TopicInfo",
     "TopicPartition",
 ]
@@ -104,3 +109,66 @@ class TopicInfo:
     @property
     def partition_count(self) -> int:
         return len(self.partitions)
+
+
+# -- admin ---------------------------------------------------------------------------
+
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+
+class ConfigResource(NamedTuple):
+    """A thing with configs: `type` is Kafka's ConfigResource.Type id (2 topic,
+    4 broker)."""
+
+    type: int
+    name: str
+
+    @classmethod
+    def topic(cls, name: str) -> ConfigResource:
+        return cls(2, name)
+
+    @classmethod
+    def broker(cls, node_id: int) -> ConfigResource:
+        return cls(4, str(node_id))
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config value. `source` is Kafka's ConfigSource id (1 = topic override,
+    4 = static broker config, 5 = default); `is_default` is source 5."""
+
+    name: str
+    value: str | None
+    read_only: bool = False
+    source: int = -1
+    is_sensitive: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == 5
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[PartitionInfo, ...]
+    is_internal: bool = False
+    configs: dict[str, ConfigEntry] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerInfo, ...]

@@ -25,13 +25,22 @@ LONG_MAX = 9_223_372_036_854_775_807
 BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "node.id": ("1", "int", "This broker's id (Kafka requires it; a single node uses 1)."),
     "broker.id": ("-1", "int", "Legacy alias of node.id."),
-    "listeners": ("PLAINTEXT://127.0.0.1:9092", "list",
-                  "Where to bind. Kafka binds all interfaces (PLAINTEXT://:9092); an embedded "
-                  "development broker binds loopback only."),
-    "advertised.listeners": ("", "list",
-                             "Addresses handed to clients in Metadata; defaults to listeners."),
-    "log.dirs": ("./tidegate-data", "list",
-                 "Data directory (Kafka: /tmp/kafka-logs; ours survives reboots)."),
+    "listeners": (
+        "PLAINTEXT://127.0.0.1:9092",
+        "list",
+        "Where to bind. Kafka binds all interfaces (PLAINTEXT://:9092); an embedded "
+        "development broker binds loopback only.",
+    ),
+    "advertised.listeners": (
+        "",
+        "list",
+        "Addresses handed to clients in Metadata; defaults to listeners.",
+    ),
+    "log.dirs": (
+        "./tidegate-data",
+        "list",
+        "Data directory (Kafka: /tmp/kafka-logs; ours survives reboots).",
+    ),
     "log.dir": ("", "str", "Used when log.dirs is unset."),
     "num.partitions": ("1", "int", "Partitions of an auto-created topic."),
     "default.replication.factor": ("1", "int", "Replication factor of auto-created topics."),
@@ -39,10 +48,13 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "delete.topic.enable": ("true", "bool", "Allow DeleteTopics."),
     "socket.request.max.bytes": ("104857600", "int", "Largest request frame accepted."),
     "message.max.bytes": ("1048588", "int", "Largest record batch (topic: max.message.bytes)."),
-    "log.flush.interval.messages": ("1", "int",
+    "log.flush.interval.messages": (
+        "1",
+        "int",
         "Records written before an fsync. Kafka's default is Long.MAX_VALUE (it relies on "
         "replicas); a single node has none, so every acknowledged write is fsynced (with "
-        "group commit). Set higher to trade durability for latency."),
+        "group commit). Set higher to trade durability for latency.",
+    ),
     "log.flush.interval.ms": ("", "int", "Max ms before unflushed data is fsynced."),
     "log.flush.scheduler.interval.ms": ("1000", "int", "How often the flush scheduler runs."),
     "log.retention.check.interval.ms": ("300000", "int", "How often retention runs."),
@@ -72,9 +84,7 @@ def parse_listeners(value: str) -> list[Listener]:
     result = []
     for item in filter(None, (v.strip() for v in value.split(","))):
         if "://" not in item:
-            raise InvalidConfigError(
-                f"listener {item!r} must look like PLAINTEXT://host:port"
-            )
+            raise InvalidConfigError(f"listener {item!r} must look like PLAINTEXT://host:port")
         name, rest = item.split("://", 1)
         parts = urlsplit("//" + rest)
         try:
@@ -108,7 +118,7 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
     for name, value in environ.items():
         if not name.startswith("TIDEGATE_"):
             continue
-        suffix = name[len("TIDEGATE_"):]
+        suffix = name[len("TIDEGATE_") :]
         key = known.get(suffix, suffix.lower().replace("_", "."))
         out[key] = value
     return out
@@ -197,8 +207,7 @@ class BrokerConfig:
         value = self.props.get("advertised.listeners", "")
         if not value:
             return [
-                Listener(lis.name, lis.host or "localhost", lis.port)
-                for lis in self.listeners()
+                Listener(lis.name, lis.host or "localhost", lis.port) for lis in self.listeners()
             ]
         return parse_listeners(value)
 

@@ -108,29 +108,33 @@ class RecordAccumulator(Generic[T]):
         return self.used_memory + size <= self.buffer_memory or self.used_memory == 0
 
     def append(self, tp: TopicPartition, timestamp: int, key: bytes | None,
-               value: bytes | None, headers: Sequence[Header], token: T,
-               now_ms: int) -> tuple[ProducerBatch[T], bool]:
-        """Add a record; return its batch and whether a new batch was opened."""
+               value: bytes | None, headers: Sequence[Header], token: T, now_ms: int,
+               record_size: int | None = None) -> tuple[ProducerBatch[T], bool, bool]:
+        """Add a record; return its batch, whether a new batch was opened, and whether
+        the batch is now full. `record_size` is `record_size_upper_bound` if known."""
         queue = self._queues.get(tp)
         if queue is None:
             queue = self._queues[tp] = deque()
+        if record_size is None:
+            record_size = record_size_upper_bound(key, value, headers)
         created = False
         batch = queue[-1] if queue else None
-        if batch is None or batch.closed or (
-            batch.builder.estimated_size() + record_size_upper_bound(key, value, headers)
-            > self.batch_size
-        ):
+        # batch.size is the builder's estimated size while the batch is open.
+        if batch is None or batch.payload is not None or \
+                batch.size + record_size > self.batch_size:
             batch = ProducerBatch(tp, BatchBuilder(compression=self.compression), now_ms)
+            batch.size = HEADER_SIZE
+            self.used_memory += HEADER_SIZE
             queue.append(batch)
             created = True
-        before = batch.builder.estimated_size()
-        batch.builder.append(timestamp, key, value, headers)
-        grown = batch.builder.estimated_size() - before + (HEADER_SIZE if created else 0)
+        builder = batch.builder
+        builder.append(timestamp, key, value, headers)
+        size = builder.estimated_size()
+        self.used_memory += size - batch.size
+        batch.size = size
         batch.timestamps.append(timestamp)
         batch.tokens.append(token)
-        batch.size += grown
-        self.used_memory += grown
-        return batch, created
+        return batch, created, size >= self.batch_size
 
     def is_full(self, batch: ProducerBatch[T]) -> bool:
         return batch.builder.estimated_size() >= self.batch_size

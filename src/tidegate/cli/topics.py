@@ -1,0 +1,165 @@
+"""`tidegate topics create|list|describe|delete|alter-config`: manage topics.
+
+Mirrors `kafka-topics.sh` / `kafka-configs.sh` on top of the admin client. Every
+subcommand takes `--bootstrap-server` (default localhost:9092). Failures print one
+line saying what went wrong and what to do, and exit non-zero.
+
+This module also holds the two helpers the client commands share (`add_bootstrap`,
+`run_client`), to keep the CLI to one module per command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tidegate.client.admin import AsyncAdmin
+from tidegate.client.errors import ConfigError, explain
+from tidegate.client.types import ConfigResource, NewTopic
+from tidegate.common.errors import KafkaError
+
+DEFAULT_BOOTSTRAP = "localhost:9092"
+
+
+def add_bootstrap(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+                   help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})")
+
+
+def run_client(command: str, main: Callable[[], Awaitable[int]]) -> int:
+    """Run an async command; turn client errors into one line on stderr and exit 1."""
+    try:
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(_guard(main))
+        return int(uvloop.run(_guard(main)))
+    except BrokenPipeError:
+        raise  # the reader went away (e.g. `| head`): cli.main exits quietly
+    except (KafkaError, ConfigError, OSError, ValueError) as e:
+        print(f"tidegate {command}: {explain(e)}", file=sys.stderr)
+        return 1
+
+
+async def _guard(main: Callable[[], Awaitable[int]]) -> int:
+    return await main()
+
+
+def parse_pairs(items: list[str], flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} {item!r} must look like KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("topics", help="create, list, describe, delete and configure topics",
+                       description="Manage topics (like kafka-topics.sh).")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    c = actions.add_parser("create", help="create a topic")
+    c.add_argument("name")
+    c.add_argument("--partitions", type=int, default=1, help="partition count (default 1)")
+    c.add_argument("--replication-factor", type=int, default=1,
+                   help="replicas per partition (default 1)")
+    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic config, e.g. --config retention.ms=3600000 (repeatable)")
+    c.add_argument("--if-not-exists", action="store_true",
+                   help="succeed if the topic already exists")
+
+    lst = actions.add_parser("list", help="list topic names")
+    lst.add_argument("--include-internal", action="store_true",
+                     help="also list internal topics such as __consumer_offsets")
+
+    d = actions.add_parser("describe", help="show partitions, leaders and configs")
+    d.add_argument("name", nargs="?", help="topic (default: every topic)")
+
+    rm = actions.add_parser("delete", help="delete a topic and its data")
+    rm.add_argument("name")
+
+    a = actions.add_parser("alter-config", help="set or delete topic configs")
+    a.add_argument("name")
+    a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a config (repeatable)")
+    a.add_argument("--delete", action="append", default=[], metavar="KEY",
+                   help="revert a config to its default (repeatable)")
+
+    for leaf in (c, lst, d, rm, a):
+        add_bootstrap(leaf)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        admin = AsyncAdmin({"bootstrap.servers": args.bootstrap_server,
+                            "client.id": "tidegate-topics"})
+        try:
+            await admin.start()
+            return await ACTIONS[args.action](admin, args)
+        finally:
+            await admin.close()
+    return run_client("topics", main)
+
+
+async def _create(admin: AsyncAdmin, args: argparse.Namespace) -> int:
+    configs = parse_pairs(args.config, "--config")
+    result = await admin.create_topics(
+        [NewTopic(args.name, args.partitions, args.replication_factor, configs)])
+    err = result.get(args.name)
+    if err is not None:
+        if args.if_not_exists and err.name == "TOPIC_ALREADY_EXISTS":
+            return 0
+        raise err
+    print(f"Created topic {args.name}.")
+    return 0
+
+
+async def _list(admin: AsyncAdmin, args: argparse.Namespace) -> int:
+    for name in await admin.list_topics(include_internal=args.include_internal):
+        print(name)
+    return 0
+
+
+async def _describe(admin: AsyncAdmin, args: argparse.Namespace) -> int:
+    names = None if args.name is None else [args.name]
+    for desc in await admin.describe_topics(names):
+        rf = max((len(p.replicas) for p in desc.partitions), default=0)
+        overrides = ",".join(f"{k}={e.value}" for k, e in sorted(desc.configs.items())
+                             if not e.is_default and not e.is_sensitive)
+        print(f"Topic: {desc.name}\tTopicId: {desc.topic_id}\t"
+              f"PartitionCount: {len(desc.partitions)}\tReplicationFactor: {rf}\t"
+              f"Configs: {overrides}")
+        for p in desc.partitions:
+            print(f"\tTopic: {desc.name}\tPartition: {p.partition}\tLeader: "
+                  f"{p.leader if p.leader >= 0 else 'none'}\t"
+                  f"Replicas: {','.join(map(str, p.replicas))}\t"
+                  f"Isr: {','.join(map(str, p.isr))}")
+    return 0
+
+
+async def _delete(admin: AsyncAdmin, args: argparse.Namespace) -> int:
+    await admin.delete_topic(args.name)
+    print(f"Deleted topic {args.name}.")
+    return 0
+
+
+async def _alter(admin: AsyncAdmin, args: argparse.Namespace) -> int:
+    to_set = parse_pairs(args.set, "--set")
+    if not to_set and not args.delete:
+        raise ValueError("nothing to change: give --set KEY=VALUE and/or --delete KEY")
+    await admin.incremental_alter_configs(ConfigResource.topic(args.name), to_set, args.delete)
+    changes = [f"{k}={v}" for k, v in to_set.items()] + [f"-{k}" for k in args.delete]
+    print(f"Updated configs of topic {args.name}: {', '.join(changes)}.")
+    return 0
+
+
+ACTIONS: dict[str, Callable[[AsyncAdmin, argparse.Namespace], Awaitable[int]]] = {
+    "create": _create, "list": _list, "describe": _describe, "delete": _delete,
+    "alter-config": _alter,
+}

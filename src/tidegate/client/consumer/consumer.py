@@ -1,0 +1,309 @@
+"""`AsyncConsumer`: read assigned partitions with Kafka's consumer semantics.
+
+Manual assignment only for now: `assign()` the partitions, optionally `seek()` them,
+then `poll()` (or ``async for record in consumer``). A partition without a position
+starts where ``auto.offset.reset`` says (earliest / latest; ``none`` raises
+`NoOffsetForPartitionError` from `poll`). The *position* is the offset of the next
+record `poll` will return; it advances as records are returned. Fetching runs in the
+background (`fetcher.Fetcher`), so the next fetch is under way while the application
+processes the last batch.
+
+`poll()` returns `ConsumerRecord`s (with topic, partition, offset, timestamp,
+timestamp type, key, value, headers), at most ``max.poll.records`` per call, taking
+partitions in turn so none starves. `poll_batches()` is the allocation-free variant:
+it returns the decoded `records.Record` lists per partition.
+
+Group subscription (`subscribe`) arrives with consumer groups and raises
+NotImplementedError until then; there is nothing to commit without a group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import NoReturn
+
+from tidegate.client.config import ConsumerConfig
+from tidegate.client.consumer.fetcher import Fetcher
+from tidegate.client.consumer.state import EARLIEST, LATEST, Assignment
+from tidegate.client.errors import ClientClosedError
+from tidegate.client.metadata import MetadataClient
+from tidegate.client.net import NetworkClient
+from tidegate.client.offsets import list_offsets
+from tidegate.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from tidegate.records.record import Record
+
+__all__ = ["AsyncConsumer"]
+
+PartitionLike = TopicPartition | tuple[str, int]
+
+
+def _tp(p: PartitionLike) -> TopicPartition:
+    return p if isinstance(p, TopicPartition) else TopicPartition(p[0], int(p[1]))
+
+
+class AsyncConsumer:
+    """See the module docstring. Use as ``async with AsyncConsumer({...}) as c:``."""
+
+    def __init__(self, config: ConsumerConfig | Mapping[str, object] | None = None,
+                 **overrides: object) -> None:
+        if isinstance(config, ConsumerConfig):
+            self.config = config
+        else:
+            self.config = ConsumerConfig.from_dict(config, **overrides)
+        cfg = self.config
+        self._net = NetworkClient(cfg)
+        self._metadata = MetadataClient(self._net, max_age_ms=cfg.metadata_max_age_ms,
+                                        allow_auto_create=cfg.allow_auto_create_topics,
+                                        retry_backoff_ms=cfg.retry_backoff_ms)
+        self._assignment = Assignment()
+        self._fetcher: Fetcher | None = None
+        self._closed = False
+        self._rotation = 0
+        self._iter_buf: list[ConsumerRecord] = []
+        self._iter_pos = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster (optional: poll starts the consumer)."""
+        self._started()
+        await self._metadata.refresh()
+
+    def _started(self) -> Fetcher:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed")
+        if self._fetcher is None:
+            self._fetcher = Fetcher(self.config, self._metadata, self._assignment)
+            self._fetcher.start()
+        return self._fetcher
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._fetcher is not None:
+            await self._fetcher.close()
+        await self._net.close()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    # -- assignment and positions ------------------------------------------------------
+
+    def subscribe(self, topics: Iterable[str] = ()) -> NoReturn:
+        raise NotImplementedError(
+            "subscribe() needs consumer groups, which arrive with the group-coordinator "
+            "work; for now use assign([TopicPartition(topic, partition), ...])")
+
+    def assign(self, partitions: Iterable[PartitionLike]) -> None:
+        """Read exactly these partitions (replacing any previous assignment)."""
+        tps = [_tp(p) for p in partitions]
+        self._assignment.assign(tps)
+        self._metadata.tracked |= {tp.topic for tp in tps}
+        if self._fetcher is not None:
+            for tp in list(self._fetcher.buffered):
+                if tp not in self._assignment.partitions:
+                    self._fetcher.discard(tp)
+            self._fetcher.wakeup()
+        self._iter_buf = [r for r in self._iter_buf[self._iter_pos:]
+                          if (r.topic, r.partition) in self._assignment.partitions]
+        self._iter_pos = 0
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment.partitions)
+
+    def _moved(self, tp: TopicPartition) -> None:
+        if self._fetcher is not None:
+            self._fetcher.discard(tp)
+            self._fetcher.wakeup()
+        if self._iter_pos < len(self._iter_buf):
+            self._iter_buf = [r for r in self._iter_buf[self._iter_pos:]
+                              if (r.topic, r.partition) != tp]
+            self._iter_pos = 0
+
+    def seek(self, partition: PartitionLike, offset: int) -> None:
+        """The next record returned for `partition` will be at `offset`."""
+        tp = _tp(partition)
+        self._assignment.seek(tp, offset)
+        self._moved(tp)
+
+    def seek_to_beginning(self, *partitions: PartitionLike) -> None:
+        """Move to the log start offset (evaluated lazily, as in Kafka). No arguments:
+        every assigned partition."""
+        for tp in [_tp(p) for p in partitions] or list(self._assignment.partitions):
+            self._assignment.request_reset(tp, EARLIEST)
+            self._moved(tp)
+
+    def seek_to_end(self, *partitions: PartitionLike) -> None:
+        """Move to the end (high watermark, or LSO with read_committed), lazily."""
+        for tp in [_tp(p) for p in partitions] or list(self._assignment.partitions):
+            self._assignment.request_reset(tp, LATEST)
+            self._moved(tp)
+
+    async def position(self, partition: PartitionLike) -> int:
+        """Offset of the next record to be returned for `partition`."""
+        tp = _tp(partition)
+        st = self._assignment.state(tp)
+        fetcher = self._started()
+        if st.position is None:
+            await fetcher.reset_positions()
+            self._raise_pending()
+        if st.position is None:
+            raise RuntimeError(f"no position for {tp.topic}-{tp.partition}")
+        return st.position
+
+    def highwater(self, partition: PartitionLike) -> int | None:
+        """The high watermark from the last fetch of `partition`, if any."""
+        hw = self._assignment.state(_tp(partition)).high_watermark
+        return hw if hw >= 0 else None
+
+    def pause(self, *partitions: PartitionLike) -> None:
+        """Stop returning and fetching records of these partitions until resumed."""
+        for p in partitions:
+            self._assignment.state(_tp(p)).paused = True
+
+    def resume(self, *partitions: PartitionLike) -> None:
+        for p in partitions:
+            self._assignment.state(_tp(p)).paused = False
+        if self._fetcher is not None:
+            self._fetcher.wakeup()
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, st in self._assignment.partitions.items() if st.paused}
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _raise_pending(self) -> None:
+        if self._fetcher is not None and self._fetcher.errors:
+            raise self._fetcher.errors.popleft()
+
+    def _ready_partitions(self, fetcher: Fetcher) -> list[TopicPartition]:
+        tps = [tp for tp in fetcher.buffered
+               if not self._assignment.partitions[tp].paused]
+        if len(tps) > 1:
+            self._rotation = (self._rotation + 1) % len(tps)
+            tps = tps[self._rotation:] + tps[:self._rotation]
+        return tps
+
+    def _drain(self, fetcher: Fetcher, max_records: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        for tp in self._ready_partitions(fetcher):
+            if len(out) >= max_records:
+                break
+            pr = fetcher.buffered[tp]
+            position = pr.take(max_records - len(out), out)
+            if position is not None:
+                self._assignment.partitions[tp].position = position
+            if pr.exhausted:
+                del fetcher.buffered[tp]
+                fetcher.wakeup()
+        return out
+
+    async def _wait(self, fetcher: Fetcher, deadline: float) -> bool:
+        """Wait for fetched data until `deadline`; False if it passed."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        try:
+            await asyncio.wait_for(fetcher.data_ready.wait(), remaining)
+        except TimeoutError:
+            return False
+        return True
+
+    async def poll(self, timeout_ms: int = 1000,
+                   max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records fetched from the assigned partitions, waiting up to `timeout_ms` for
+        some to arrive; an empty list if none did."""
+        fetcher = self._started()
+        limit = max_records or self.config.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            fetcher.data_ready.clear()  # before draining, so no arrival is missed
+            self._raise_pending()
+            out = self._drain(fetcher, limit)
+            if out or not await self._wait(fetcher, deadline):
+                return out
+
+    async def poll_batches(self, timeout_ms: int = 1000, max_records: int | None = None
+                           ) -> dict[TopicPartition, list[Record]]:
+        """Like `poll`, grouped by partition, returning the decoded records as they are
+        (no per-record wrapper; `Record.timestamp` and `.offset` are absolute)."""
+        fetcher = self._started()
+        limit = max_records or self.config.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            fetcher.data_ready.clear()
+            self._raise_pending()
+            out: dict[TopicPartition, list[Record]] = {}
+            taken = 0
+            for tp in self._ready_partitions(fetcher):
+                if taken >= limit:
+                    break
+                pr = fetcher.buffered[tp]
+                records, position = pr.take_raw(limit - taken)
+                if position is not None:
+                    self._assignment.partitions[tp].position = position
+                if records:
+                    out[tp] = records
+                    taken += len(records)
+                if pr.exhausted:
+                    del fetcher.buffered[tp]
+                    fetcher.wakeup()
+            if out or not await self._wait(fetcher, deadline):
+                return out
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        while self._iter_pos >= len(self._iter_buf):
+            if self._closed:
+                raise StopAsyncIteration
+            self._iter_buf = await self.poll(timeout_ms=1000)
+            self._iter_pos = 0
+        record = self._iter_buf[self._iter_pos]
+        self._iter_pos += 1
+        return record
+
+    # -- offsets lookups ---------------------------------------------------------------
+
+    async def _list(self, query: Mapping[TopicPartition, int],
+                    timeout_ms: int | None) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        self._started()
+        return await list_offsets(
+            self._metadata, query, isolation_level=self.config.isolation,
+            timeout_ms=self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
+            retry_backoff_ms=self.config.retry_backoff_ms)
+
+    async def offsets_for_times(self, timestamps: Mapping[PartitionLike, int],
+                                timeout_ms: int | None = None
+                                ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The earliest offset whose timestamp is >= the given one, per partition
+        (None where no such record exists)."""
+        return await self._list({_tp(p): ts for p, ts in timestamps.items()}, timeout_ms)
+
+    async def beginning_offsets(self, partitions: Iterable[PartitionLike],
+                                timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        found = await self._list({_tp(p): EARLIEST for p in partitions}, timeout_ms)
+        return {tp: v.offset if v else 0 for tp, v in found.items()}
+
+    async def end_offsets(self, partitions: Iterable[PartitionLike],
+                          timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        found = await self._list({_tp(p): LATEST for p in partitions}, timeout_ms)
+        return {tp: v.offset if v else 0 for tp, v in found.items()}
+
+    async def partitions_for_topic(self, topic: str, timeout_ms: int | None = None) -> list[int]:
+        """The topic's partition ids, waiting up to `timeout_ms` (default
+        default.api.timeout.ms) for it to appear; UnknownTopicOrPartitionError after."""
+        self._started()
+        info = await self._metadata.topic(
+            topic, self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms)
+        return sorted(info.partitions)

@@ -1,0 +1,183 @@
+"""Sans-IO consumer state: assigned partitions, positions, and fetched-but-unread records.
+
+`Assignment` tracks, per assigned partition, the *position* (offset of the next record
+to hand to the application), whether it is paused, and whether its position must be
+reset (with ``auto.offset.reset``, or an explicit seek to the beginning/end).
+
+`PartitionRecords` holds the decoded batches of one fetched partition and hands
+records out in order. Invariants:
+- records before the fetch offset (a batch fetched from its start) and control
+  batches are never handed out;
+- after the last record is handed out, the position becomes the offset after the last
+  complete batch of the fetch (which skips trailing control batches and compaction
+  gaps), so a fetch always makes progress;
+- data is used only if the partition's position still equals the fetch offset when it
+  is read (a seek in between discards it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from tidegate.client.types import ConsumerRecord, TopicPartition
+from tidegate.common.errors import CorruptRecordError
+from tidegate.records.batch import HEADER_SIZE, peek_size
+from tidegate.records.record import Record, decode_records
+
+__all__ = ["EARLIEST", "LATEST", "Assignment", "PartitionRecords", "PartitionState",
+           "parse_partition_records"]
+
+EARLIEST = -2  # ListOffsets timestamp meaning "log start offset"
+LATEST = -1  # ListOffsets timestamp meaning "high watermark" (or LSO, read_committed)
+
+
+@dataclass(slots=True)
+class PartitionState:
+    position: int | None = None
+    paused: bool = False
+    reset_to: int | None = None  # EARLIEST / LATEST when a reset is pending
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    # auto.offset.reset=none found no valid position: wait for seek() instead of
+    # failing every fetch again.
+    blocked: bool = False
+
+
+@dataclass
+class Assignment:
+    """Manually assigned partitions and their positions."""
+
+    partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
+
+    def assign(self, tps: Iterable[TopicPartition]) -> None:
+        """Replace the assignment, keeping the state of partitions that stay."""
+        old = self.partitions
+        self.partitions = {tp: old.get(tp) or PartitionState() for tp in tps}
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        st = self.partitions.get(tp)
+        if st is None:
+            raise ValueError(f"partition {tp.topic}-{tp.partition} is not assigned to "
+                             "this consumer; call assign() first")
+        return st
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"cannot seek {tp.topic}-{tp.partition} to negative offset "
+                             f"{offset}")
+        st = self.state(tp)
+        st.position = offset
+        st.reset_to = None
+        st.blocked = False
+
+    def request_reset(self, tp: TopicPartition, where: int) -> None:
+        st = self.state(tp)
+        st.position = None
+        st.reset_to = where
+        st.blocked = False
+
+    def needs_reset(self) -> list[TopicPartition]:
+        return [tp for tp, st in self.partitions.items()
+                if st.position is None and not st.blocked]
+
+    def fetchable(self) -> list[TopicPartition]:
+        return [tp for tp, st in self.partitions.items()
+                if st.position is not None and not st.paused and not st.blocked]
+
+
+class PartitionRecords:
+    """The records of one partition from one fetch; see the module docstring."""
+
+    __slots__ = ("_batch", "_batches", "_index", "fetch_offset", "next_offset", "tp")
+
+    def __init__(self, tp: TopicPartition, fetch_offset: int,
+                 batches: list[tuple[int, list[Record]]], next_offset: int) -> None:
+        self.tp = tp
+        self.fetch_offset = fetch_offset
+        self._batches = batches  # (timestamp_type, records) per data batch, in order
+        self.next_offset = next_offset
+        self._batch = 0
+        self._index = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self._batch >= len(self._batches)
+
+    def take(self, max_records: int, out: list[ConsumerRecord]) -> int | None:
+        """Append up to `max_records` records to `out`; return the new position (None if
+        nothing was taken)."""
+        topic, partition = self.tp
+        position: int | None = None
+        taken = 0
+        batches = self._batches
+        while taken < max_records and self._batch < len(batches):
+            ts_type, records = batches[self._batch]
+            start = self._index
+            stop = min(len(records), start + max_records - taken)
+            for r in records[start:stop]:
+                out.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, ts_type,
+                                          r.key, r.value, r.headers))
+            taken += stop - start
+            if stop >= len(records):
+                self._batch += 1
+                self._index = 0
+            else:
+                self._index = stop
+            if stop > start:
+                position = records[stop - 1].offset + 1
+        if self.exhausted:
+            position = self.next_offset
+        return position
+
+    def take_raw(self, max_records: int) -> tuple[list[Record], int | None]:
+        """Like `take`, but return the decoded `Record`s themselves (no new objects)."""
+        out: list[Record] = []
+        position: int | None = None
+        batches = self._batches
+        while len(out) < max_records and self._batch < len(batches):
+            records = batches[self._batch][1]
+            start = self._index
+            stop = min(len(records), start + max_records - len(out))
+            out.extend(records[start:stop] if start or stop < len(records) else records)
+            if stop >= len(records):
+                self._batch += 1
+                self._index = 0
+            else:
+                self._index = stop
+            if stop > start:
+                position = records[stop - 1].offset + 1
+        if self.exhausted:
+            position = self.next_offset
+        return out, position
+
+
+def parse_partition_records(tp: TopicPartition, fetch_offset: int, data: bytes | None,
+                            check_crcs: bool = True) -> PartitionRecords:
+    """Decode fetched bytes into `PartitionRecords`, dropping control batches and
+    records before `fetch_offset`. A partial batch at the end (the broker cuts at the
+    fetch size) is ignored. Raises CorruptRecordError / InvalidRecordError for bad data.
+    """
+    batches: list[tuple[int, list[Record]]] = []
+    next_offset = fetch_offset
+    pos = 0
+    end = len(data) if data else 0
+    while data and pos < end:
+        size = peek_size(data, pos)
+        if size is None or size > end - pos:
+            if size is not None and size < HEADER_SIZE:
+                raise CorruptRecordError(f"record batch at byte {pos} of the fetch for "
+                                         f"{tp.topic}-{tp.partition} is too short")
+            break
+        header, records = decode_records(data, pos, check_crc=check_crcs)
+        pos += size
+        if header.next_offset <= fetch_offset:
+            continue
+        next_offset = header.next_offset
+        if header.is_control or not records:
+            continue
+        if records[0].offset < fetch_offset:
+            records = [r for r in records if r.offset >= fetch_offset]
+        batches.append((header.timestamp_type, records))
+    return PartitionRecords(tp, fetch_offset, batches, next_offset)

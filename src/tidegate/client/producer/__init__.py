@@ -1,0 +1,5 @@
+"""The producer: accumulator (batching), sender (requests), and `AsyncProducer`."""
+
+from tidegate.client.producer.producer import AsyncProducer, DeliveryCallback
+
+__all__ = ["AsyncProducer", "DeliveryCallback"]

@@ -1,0 +1,294 @@
+"""The producer's sender task: drains ready batches into Produce requests per broker.
+
+One asyncio task loops: expire batches older than ``delivery.timeout.ms``, ask the
+accumulator which partitions are ready, group them by leader, and for each broker with
+fewer than ``max.in.flight.requests.per.connection`` requests outstanding, drain one
+batch per partition (up to ``max.request.size``) into a Produce request sent by its own
+task, so requests to a broker are pipelined.
+
+Responses: success completes every record's token with its offset; a retriable error
+puts the batch back at the front of its queue after ``retry.backoff.ms`` while
+``retries`` and ``delivery.timeout.ms`` allow (refreshing metadata first for
+leadership errors); anything else fails the batch's records.
+
+Ordering: with ``max.in.flight.requests.per.connection=1`` a partition is *muted*
+while a batch of it is in flight, so retries cannot reorder records. With more in
+flight and no idempotence a retried batch can land after a later one, exactly as in
+Kafka; the idempotent producer will remove that caveat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from tidegate.client.config import ProducerConfig
+from tidegate.client.errors import KafkaTimeoutError
+from tidegate.client.metadata import REFRESH_ERRORS, ZERO_UUID, MetadataClient
+from tidegate.client.net import NetworkClient
+from tidegate.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from tidegate.client.types import RecordMetadata, TopicPartition
+from tidegate.common.errors import KafkaError, error_for_code
+from tidegate.protocol.messages import ms
+
+__all__ = ["Completion", "Sender"]
+
+log = logging.getLogger("tidegate.client.producer")
+
+PRODUCE = 0
+
+
+class Completion(Protocol):
+    """What a record's token must offer: asyncio and concurrent futures both do."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: RecordMetadata, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class Sender:
+    """See the module docstring."""
+
+    def __init__(self, config: ProducerConfig, acc: RecordAccumulator[Completion],
+                 net: NetworkClient, metadata: MetadataClient,
+                 on_batch_done: Callable[[ProducerBatch[Completion]], None]) -> None:
+        self.config = config
+        self.acc = acc
+        self.net = net
+        self.metadata = metadata
+        self._on_batch_done = on_batch_done
+        self._wake = asyncio.Event()
+        self._in_flight: dict[int, int] = {}
+        self._muted: set[TopicPartition] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._refresh: asyncio.Task[Any] | None = None
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self._in_flight.values())
+
+    async def stop(self) -> None:
+        """Return once everything queued has been sent and answered (or failed)."""
+        self._stopping = True
+        self.wakeup()
+        if self._task is not None:
+            await self._task
+
+    async def abort(self, exc: BaseException) -> None:
+        """Fail everything queued and in flight; stop the task."""
+        for batch in self.acc.abort_all():
+            self._fail(batch, exc)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                timeout = self._run_once()
+                # In-flight counts drop (in `_produce`'s finally) before the wakeup;
+                # the task set only empties after it, so it cannot be the test here.
+                if self._stopping and not self.acc.has_unsent() and self.in_flight == 0:
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                self._wake.clear()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here would hang every send(): fail loudly instead
+            log.exception("producer sender task crashed")
+            for batch in self.acc.abort_all():
+                self._fail(batch, KafkaError("the producer's sender crashed; see the log"))
+            raise
+
+    def _run_once(self) -> float | None:
+        """Send what is ready; return seconds until there may be more (None: wait for
+        a wakeup)."""
+        now = _now_ms()
+        cfg = self.config
+        for batch in self.acc.expired(now, cfg.delivery_timeout_ms):
+            self._fail(batch, self._expiry_error(batch, now))
+        self._maybe_refresh_metadata()
+        ready, next_ms = self.acc.ready(now, self._muted)
+        by_node: dict[int, list[TopicPartition]] = {}
+        unknown_leader = False
+        cache = self.metadata.cache
+        for tp in ready:
+            leader = cache.leader_for(tp)
+            if leader is None:
+                unknown_leader = True
+                continue
+            by_node.setdefault(leader, []).append(tp)
+        if unknown_leader:
+            cache.request_update()
+            self._maybe_refresh_metadata()
+            next_ms = min(next_ms or cfg.retry_backoff_ms, cfg.retry_backoff_ms)
+        for node, tps in by_node.items():
+            if self._in_flight.get(node, 0) >= cfg.max_in_flight_requests_per_connection:
+                continue
+            batches = self.acc.drain(tps, cfg.max_request_size, now)
+            if not batches:
+                continue
+            if cfg.max_in_flight_requests_per_connection == 1:
+                self._muted.update(b.tp for b in batches)
+            self._in_flight[node] = self._in_flight.get(node, 0) + 1
+            task = asyncio.get_running_loop().create_task(self._produce(node, batches))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if next_ms is None:
+            # Nothing is waiting; still wake up for delivery timeouts of queued batches.
+            return None if not self.acc.has_unsent() else cfg.retry_backoff_ms / 1000
+        return max(next_ms, 1) / 1000
+
+    def _maybe_refresh_metadata(self) -> None:
+        if self._refresh is not None and not self._refresh.done():
+            return
+        if self.metadata.cache.needs_update(_now_ms()) and self.metadata.tracked:
+            self._refresh = asyncio.get_running_loop().create_task(self._refresh_metadata())
+
+    async def _refresh_metadata(self) -> None:
+        try:
+            await self.metadata.refresh()
+        except KafkaError as e:
+            log.debug("metadata refresh failed: %s", e)
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        finally:
+            self.wakeup()
+
+    def _expiry_error(self, batch: ProducerBatch[Completion], now: int) -> KafkaTimeoutError:
+        return KafkaTimeoutError(
+            f"expiring {len(batch)} record(s) for {batch.tp.topic}-{batch.tp.partition}: "
+            f"{now - batch.created_ms} ms have passed since batch creation "
+            f"(delivery.timeout.ms={self.config.delivery_timeout_ms})")
+
+    def _request_data(self, batches: list[ProducerBatch[Completion]]) -> dict[str, Any]:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for b in batches:
+            topics.setdefault(b.tp.topic, []).append(
+                {"index": b.tp.partition, "records": b.payload})
+        cache = self.metadata.cache
+        return {
+            "transactional_id": None,
+            "acks": self.config.acks,
+            "timeout": self.config.request_timeout_ms,
+            "topic_data": [{"name": t, "topic_id": cache.topic_id(t), "partition_data": parts}
+                           for t, parts in topics.items()],
+        }
+
+    async def _produce(self, node: int, batches: list[ProducerBatch[Completion]]) -> None:
+        try:
+            for b in batches:
+                b.attempts += 1
+            conn = await self.net.connect(node)
+            acks0 = self.config.acks == 0
+            resp = await conn.request(PRODUCE, self._request_data(batches),
+                                      expect_response=not acks0)
+            if acks0:
+                for b in batches:
+                    self._complete(b, -1, -1)
+            else:
+                self._handle_response(batches, resp)
+        except KafkaError as e:
+            self.metadata.cache.request_update()
+            for b in batches:
+                if not b.done:
+                    self._retry_or_fail(b, e)
+        except Exception as e:  # unexpected: fail rather than leave futures hanging
+            log.exception("produce request failed unexpectedly")
+            for b in batches:
+                if not b.done:
+                    self._fail(b, e)
+        finally:
+            self._in_flight[node] -= 1
+            for b in batches:
+                self._muted.discard(b.tp)
+            self.wakeup()
+
+    def _handle_response(self, batches: list[ProducerBatch[Completion]], resp: Any) -> None:
+        names = self.metadata.cache.names_by_id
+        results: dict[TopicPartition, Any] = {}
+        for t in resp.responses:
+            name = getattr(t, "name", None) or names.get(getattr(t, "topic_id", ZERO_UUID), "")
+            for p in t.partition_responses:
+                results[TopicPartition(name, int(p.index))] = p
+        for b in batches:
+            p = results.get(b.tp)
+            if p is None:
+                self._retry_or_fail(b, KafkaError(
+                    f"the produce response has no result for {b.tp.topic}-{b.tp.partition}",
+                    code=ErrorCode.unknown_server_error))
+                continue
+            code = p.error_code
+            if code == ErrorCode.none:
+                lat = getattr(p, "log_append_time", None)
+                self._complete(b, int(p.base_offset), -1 if lat is None else ms(lat))
+                continue
+            if code in REFRESH_ERRORS:
+                self.metadata.cache.request_update()
+            message = getattr(p, "error_message", None) or ""
+            self._retry_or_fail(b, error_for_code(
+                code.value, f"{code.name.upper()} producing to {b.tp.topic}-{b.tp.partition}"
+                + (f": {message}" if message else "")))
+
+    def _retry_or_fail(self, batch: ProducerBatch[Completion], exc: KafkaError) -> None:
+        now = _now_ms()
+        cfg = self.config
+        if not exc.retriable or batch.attempts > cfg.retries:
+            self._fail(batch, exc)
+        elif now + cfg.retry_backoff_ms >= batch.created_ms + cfg.delivery_timeout_ms:
+            self._fail(batch, self._expiry_error(batch, now))
+        else:
+            log.debug("retrying %r after %s (attempt %d)", batch, exc, batch.attempts)
+            self.acc.reenqueue(batch, now)
+
+    def _complete(self, batch: ProducerBatch[Completion], base_offset: int,
+                  log_append_ms: int) -> None:
+        topic, partition = batch.tp
+        new = tuple.__new__  # RecordMetadata(...) without NamedTuple's Python __new__
+        offset = base_offset if base_offset >= 0 else -1
+        step = 1 if base_offset >= 0 else 0
+        for ts, token in zip(batch.timestamps, batch.tokens):
+            if not token.done():
+                meta = new(RecordMetadata, (topic, partition, offset,
+                                            ts if log_append_ms < 0 else log_append_ms))
+                try:
+                    token.set_result(meta)
+                except Exception:  # e.g. InvalidStateError: cancelled by the user
+                    pass
+            offset += step
+        self._finish(batch)
+
+    def _fail(self, batch: ProducerBatch[Completion], exc: BaseException) -> None:
+        for token in batch.tokens:
+            if not token.done():
+                try:
+                    token.set_exception(exc)
+                except Exception:
+                    pass
+        self._finish(batch)
+
+    def _finish(self, batch: ProducerBatch[Completion]) -> None:
+        batch.done = True
+        self.acc.deallocate(batch)
+        self._on_batch_done(batch)
