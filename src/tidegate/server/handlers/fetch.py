@@ -31,7 +31,9 @@ READ_COMMITTED = 1
 
 
 def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, Any]], int, bool]:
-    remaining = max(int(view(req, "max_bytes", 2**31 - 1)), 0)
+    # The broker's fetch.max.bytes caps what a client may ask for, as in Kafka.
+    cap = broker.config.get_int("fetch.max.bytes", 57671680) or 57671680
+    remaining = max(min(int(view(req, "max_bytes", 2**31 - 1)), cap), 0)
     total = 0
     any_error = False
     topics_out: list[dict[str, Any]] = []
