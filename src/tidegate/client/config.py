@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from tidegate.assignors import lookup as lookup_assignor
 from tidegate.client.errors import ConfigError
 
 __all__ = ["AdminConfig", "ClientConfig", "ConfigError", "ConsumerConfig", "ProducerConfig",
@@ -114,6 +115,22 @@ def _callable(key: str, value: object) -> object:
 
 def _security(key: str, value: object) -> str:
     return str(_choice("plaintext")(key, value)).upper()
+
+
+def _assignors(key: str, value: object) -> tuple[str, ...]:
+    """partition.assignment.strategy: protocol or Java class names, in preference order."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise ConfigError(f"{key} must list assignors, e.g. range,cooperative-sticky")
+    names: list[str] = []
+    for item in items:
+        try:
+            names.append(lookup_assignor(str(item)).name)
+        except KeyError as e:
+            raise ConfigError(f"{key}: {e.args[0]}") from None
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{key} names an assignor twice: {value!r}")
+    return tuple(names)
 
 
 def _opt(key: str, default: object, parse: Parse) -> Any:
@@ -234,6 +251,15 @@ class ConsumerConfig(ClientConfig):
     client_rack: str = _opt("client.rack", "", _str)
     allow_auto_create_topics: bool = _opt("allow.auto.create.topics", True, _bool)
     default_api_timeout_ms: int = _opt("default.api.timeout.ms", 60_000, _int(0, INT32_MAX))
+    # -- consumer groups (client/consumer/group.py) ------------------------------------
+    group_instance_id: str | None = _opt("group.instance.id", None, _opt_str)
+    session_timeout_ms: int = _opt("session.timeout.ms", 45_000, _int(1, INT32_MAX))
+    heartbeat_interval_ms: int = _opt("heartbeat.interval.ms", 3_000, _int(1, INT32_MAX))
+    max_poll_interval_ms: int = _opt("max.poll.interval.ms", 300_000, _int(1, INT32_MAX))
+    auto_commit_interval_ms: int = _opt("auto.commit.interval.ms", 5_000, _int(0, INT32_MAX))
+    partition_assignment_strategy: tuple[str, ...] = _opt(
+        "partition.assignment.strategy", ("range", "cooperative-sticky"), _assignors)
+    exclude_internal_topics: bool = _opt("exclude.internal.topics", True, _bool)
 
     @classmethod
     def _kind(cls) -> str:
@@ -244,6 +270,22 @@ class ConsumerConfig(ClientConfig):
             raise ConfigError(
                 f"request.timeout.ms={self.request_timeout_ms} must be larger than "
                 f"fetch.max.wait.ms={self.fetch_max_wait_ms}")
+        # -- consumer groups ----------------------------------------------------------
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(
+                f"heartbeat.interval.ms={self.heartbeat_interval_ms} must be lower than "
+                f"session.timeout.ms={self.session_timeout_ms} (at most a third of it is "
+                "usual)")
+        if self.group_id is None:
+            if self.group_instance_id is not None:
+                raise ConfigError("group.instance.id needs a group.id")
+            if self.enable_auto_commit and "enable.auto.commit" in explicit:
+                raise ConfigError("enable.auto.commit=true needs a group.id to commit to")
+            # As Kafka: without a group there is nothing to auto-commit to.
+            object.__setattr__(self, "enable_auto_commit", False)
+        elif not self.group_id:
+            raise ConfigError("group.id must not be empty; leave it out to consume "
+                              "without a group (assign() only)")
 
     @property
     def isolation(self) -> int:

@@ -24,12 +24,16 @@ import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from tidegate.client.admin import AsyncAdmin
 from tidegate.client.config import AdminConfig, ConsumerConfig, ProducerConfig
-from tidegate.client.consumer.consumer import AsyncConsumer, PartitionLike
+from tidegate.client.consumer.blocking import CallbackPump
+from tidegate.client.consumer.consumer import AsyncConsumer, PartitionLike, TopicsLike
+from tidegate.client.consumer.group import CommitCallback, ConsumerGroupMetadata
+from tidegate.client.consumer.group_offsets import OffsetAndMetadata
 from tidegate.client.errors import ClientClosedError
+from tidegate.client.futures import DeliveryFuture, FutureGroup
 from tidegate.client.producer.producer import AsyncProducer, DeliveryCallback, Prepared
 from tidegate.client.types import (
     ClusterDescription,
@@ -110,9 +114,15 @@ class Producer:
         self._async = AsyncProducer(config, **overrides)
         self.config = self._async.config
         self._loop = LoopThread("tidegate-producer")
-        self._queue: deque[Item] = deque()
+        self._queue: deque[Item] = deque()  # append/popleft are atomic: no lock needed
+        self._futures = FutureGroup()
         self._cond = threading.Condition()
-        self._pump: concurrent.futures.Future[None] | None = None
+        # True while a pump (`_drain`) runs on the loop thread. Set under `_cond`; a
+        # record is appended to the queue *before* `_pumping` is read, and the pump
+        # clears `_pumping` *before* its last look at the queue, so every record is
+        # seen by a running pump or starts one (see `_drain`).
+        self._pumping = False
+        self._room_waiters = 0
         self._closed = False
 
     def __enter__(self) -> Producer:
@@ -131,43 +141,80 @@ class Producer:
         if self._closed:
             raise ClientClosedError(f"cannot send to {topic!r}: the producer is closed")
         prepared = self._async.prepare(topic, value, key, headers)
-        fut: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        fut: DeliveryFuture[RecordMetadata] = DeliveryFuture(self._futures)
         if on_delivery is not None:
             fut.add_done_callback(_callback(on_delivery))
-        with self._cond:
-            while len(self._queue) >= MAX_QUEUED:
-                self._cond.wait()
-            self._queue.append((topic, partition, prepared, timestamp_ms, fut))
-            if self._pump is None or self._pump.done():
-                self._pump = self._loop.submit(self._drain())
+        queue = self._queue
+        if len(queue) >= MAX_QUEUED:
+            self._wait_for_room()
+        queue.append((topic, partition, prepared, timestamp_ms, fut))
+        if not self._pumping:
+            with self._cond:
+                if not self._pumping:
+                    self._pumping = True
+                    self._loop.submit(self._drain())
         return fut
 
-    async def _drain(self) -> None:
-        producer = self._async
-        n = 0
-        while True:
-            with self._cond:
-                if not self._queue:
-                    self._cond.notify_all()
-                    return
-                topic, partition, prepared, ts, fut = self._queue.popleft()
-                if len(self._queue) < MAX_QUEUED // 2:
-                    self._cond.notify_all()
+    def _wait_for_room(self) -> None:
+        with self._cond:
+            self._room_waiters += 1
             try:
-                if not producer.try_append(topic, partition, prepared, ts, fut):
-                    await producer.append(topic, partition, prepared, ts, fut)
-            except Exception as e:
-                if not fut.done():
-                    fut.set_exception(e)
-            n += 1
-            if n % 1000 == 0:
-                await asyncio.sleep(0)  # let the sender run
+                while len(self._queue) >= MAX_QUEUED and self._pumping:
+                    self._cond.wait(0.1)
+            finally:
+                self._room_waiters -= 1
+
+    async def _drain(self) -> None:
+        """Move queued records into the async producer until the queue is empty."""
+        producer = self._async
+        queue = self._queue
+        owner = True  # this pump is the one `_pumping` stands for
+        try:
+            while True:
+                n = 0
+                while queue:
+                    topic, partition, prepared, ts, fut = queue.popleft()
+                    try:
+                        if not producer.try_append(topic, partition, prepared, ts, fut):
+                            await producer.append(topic, partition, prepared, ts, fut)
+                    except Exception as e:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    n += 1
+                    if n >= 1000 or producer._should_yield:
+                        producer._should_yield = False
+                        n = 0
+                        if self._room_waiters:
+                            with self._cond:
+                                self._cond.notify_all()
+                        await asyncio.sleep(0)  # let the sender ship full batches
+                with self._cond:
+                    self._pumping = owner = False
+                    self._cond.notify_all()
+                # A record appended after the queue looked empty saw `_pumping` still
+                # set and started no pump: carry on with it unless a new pump did.
+                if not queue:
+                    return
+                with self._cond:
+                    if self._pumping:
+                        return
+                    self._pumping = owner = True
+        finally:
+            with self._cond:
+                if owner:  # left early (cancelled): fail what is still queued
+                    self._pumping = False
+                    while queue:
+                        item = queue.popleft()
+                        if not item[4].done():
+                            item[4].set_exception(ClientClosedError(
+                                "the producer stopped before this record was sent"))
+                    self._cond.notify_all()
 
     def _wait_queue(self) -> None:
+        """Block until every record queued so far is in the async producer."""
         with self._cond:
-            pump = self._pump
-        if pump is not None:
-            pump.result()
+            while self._pumping or self._queue:
+                self._cond.wait(0.1)
 
     def flush(self, timeout_ms: int | None = None) -> None:
         """Block until every record sent before this call is acknowledged or failed."""
@@ -210,6 +257,8 @@ class Consumer:
         self.config = self._async.config
         self._loop = LoopThread("tidegate-consumer")
         self._closed = False
+        # Rebalance callbacks run on the thread that polls (consumer/blocking.py).
+        self._pump = CallbackPump()
 
     def __enter__(self) -> Consumer:
         return self
@@ -218,8 +267,35 @@ class Consumer:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def subscribe(self, topics: Iterable[str] = ()) -> NoReturn:
-        self._async.subscribe(topics)
+    # -- consumer groups: see AsyncConsumer; listener callbacks run in poll()'s thread
+    def subscribe(self, topics: TopicsLike, listener: object | None = None) -> None:
+        wrapped = self._pump.wrap(listener)
+        self._loop.call(lambda: self._async.subscribe(topics, wrapped))
+
+    def unsubscribe(self) -> None:
+        self._pump.run(self._loop, self._async.unsubscribe())
+
+    def subscription(self) -> set[str]:
+        return self._loop.call(self._async.subscription)
+
+    def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+               timeout_ms: int | None = None) -> None:
+        self._loop.run(self._async.commit(offsets, timeout_ms))
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+                     | None = None, callback: CommitCallback | None = None
+                     ) -> concurrent.futures.Future[None]:
+        """Returns a future of the commit; `callback` runs on the loop thread."""
+        async def send() -> None:
+            await self._async.commit_async(offsets, callback)
+        return self._loop.submit(send())
+
+    def committed(self, partitions: Iterable[PartitionLike], timeout_ms: int | None = None
+                  ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        return self._loop.run(self._async.committed(list(partitions), timeout_ms))
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._loop.call(self._async.group_metadata)
 
     def assign(self, partitions: Iterable[PartitionLike]) -> None:
         tps = list(partitions)
@@ -254,11 +330,11 @@ class Consumer:
 
     def poll(self, timeout_ms: int = 1000,
              max_records: int | None = None) -> list[ConsumerRecord]:
-        return self._loop.run(self._async.poll(timeout_ms, max_records))
+        return self._pump.run(self._loop, self._async.poll(timeout_ms, max_records))
 
     def poll_batches(self, timeout_ms: int = 1000, max_records: int | None = None
                      ) -> dict[TopicPartition, list[Record]]:
-        return self._loop.run(self._async.poll_batches(timeout_ms, max_records))
+        return self._pump.run(self._loop, self._async.poll_batches(timeout_ms, max_records))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         while not self._closed:
@@ -285,7 +361,7 @@ class Consumer:
             return
         self._closed = True
         try:
-            self._loop.run(self._async.close())
+            self._pump.run(self._loop, self._async.close())
         finally:
             self._loop.stop()
 

@@ -14,6 +14,7 @@ from typing import TypeVar
 import pytest
 
 from tidegate.client import AsyncConsumer, AsyncProducer, ConsumerRecord, TopicPartition
+from tidegate.client.consumer.group_offsets import InvalidGroupIdError
 from tidegate.client.errors import (
     ClientClosedError,
     KafkaConnectionError,
@@ -191,7 +192,7 @@ def test_consumer_seek_pause_offsets_and_reset_none() -> None:
             assert [r.offset for r in await c.poll(timeout_ms=2000)] == [7, 8, 9]
             c.seek_to_beginning(tp)
             assert (await c.poll(timeout_ms=2000))[0].offset == 0
-            with pytest.raises(NotImplementedError, match="assign"):
+            with pytest.raises(InvalidGroupIdError, match=r"group\.id"):  # no group.id
                 c.subscribe(["t"])
         async with AsyncConsumer(bootstrap_servers=broker.bootstrap,
                                  auto_offset_reset="none") as c:

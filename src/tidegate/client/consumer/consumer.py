@@ -13,20 +13,30 @@ timestamp type, key, value, headers), at most ``max.poll.records`` per call, tak
 partitions in turn so none starves. `poll_batches()` is the allocation-free variant:
 it returns the decoded `records.Record` lists per partition.
 
-Group subscription (`subscribe`) arrives with consumer groups and raises
-NotImplementedError until then; there is nothing to commit without a group.
+With ``group.id`` set, `subscribe()` (topics and/or patterns, optional rebalance
+listener) lets the group share the partitions out, and `commit()`,
+`commit_async()` and `committed()` store positions in the group; the membership work
+lives in `group.ConsumerCoordinator` and advances inside `poll()`, as in Kafka. A
+consumer either subscribes or assigns, never both at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import NoReturn
 
 from tidegate.client.config import ConsumerConfig
 from tidegate.client.consumer.fetcher import Fetcher
+from tidegate.client.consumer.group import (  # consumer groups
+    CommitCallback,
+    ConsumerCoordinator,
+    ConsumerGroupMetadata,
+)
+from tidegate.client.consumer.group_offsets import InvalidGroupIdError, OffsetAndMetadata
 from tidegate.client.consumer.state import EARLIEST, LATEST, Assignment
 from tidegate.client.errors import ClientClosedError
 from tidegate.client.metadata import MetadataClient
@@ -37,7 +47,10 @@ from tidegate.records.record import Record
 
 __all__ = ["AsyncConsumer"]
 
+log = logging.getLogger("tidegate.client.consumer")
+
 PartitionLike = TopicPartition | tuple[str, int]
+TopicsLike = Iterable[str | re.Pattern[str]] | str | re.Pattern[str]
 
 
 def _tp(p: PartitionLike) -> TopicPartition:
@@ -64,6 +77,11 @@ class AsyncConsumer:
         self._rotation = 0
         self._iter_buf: list[ConsumerRecord] = []
         self._iter_pos = 0
+        # -- consumer groups: present when group.id is set --
+        self._group = ConsumerCoordinator(
+            cfg, self._net, self._metadata, self._assignment,
+            apply_assignment=self._set_assignment, wake_fetcher=self._wake_fetcher,
+        ) if cfg.group_id else None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -81,8 +99,15 @@ class AsyncConsumer:
         return self._fetcher
 
     async def close(self) -> None:
+        """Leave the group (committing first with ``enable.auto.commit``, and calling
+        the rebalance listener), then close connections."""
         if self._closed:
             return
+        if self._group is not None:  # consumer groups
+            try:
+                await self._group.close()
+            except Exception:  # closing must not fail
+                log.exception("leaving the consumer group failed")
         self._closed = True
         if self._fetcher is not None:
             await self._fetcher.close()
@@ -98,14 +123,73 @@ class AsyncConsumer:
 
     # -- assignment and positions ------------------------------------------------------
 
-    def subscribe(self, topics: Iterable[str] = ()) -> NoReturn:
-        raise NotImplementedError(
-            "subscribe() needs consumer groups, which arrive with the group-coordinator "
-            "work; for now use assign([TopicPartition(topic, partition), ...])")
+    # -- consumer groups ---------------------------------------------------------------
+
+    def _need_group(self, what: str) -> ConsumerCoordinator:
+        if self._group is None:
+            raise InvalidGroupIdError(what)
+        return self._group
+
+    def subscribe(self, topics: TopicsLike, listener: object | None = None) -> None:
+        """Join the consumer group (``group.id``) for these topics: names, compiled
+        `re.Pattern`s (matching whole topic names) or strings starting with ``^``
+        (regexes, as in librdkafka). `listener` gets the rebalance callbacks (see
+        `listener.RebalanceListener`). The join itself happens in `poll()`."""
+        group = self._need_group("subscribe()")
+        if self._assignment.partitions and not group.subscription.active:
+            raise RuntimeError("subscribe() after assign(): call assign([]) first; a "
+                               "consumer either subscribes or assigns")
+        group.subscribe(topics, listener)
+
+    async def unsubscribe(self) -> None:
+        """Give up the group's partitions (revoking them through the listener) and
+        leave the group."""
+        if self._group is not None and self._group.subscription.active:
+            await self._group.unsubscribe()
+        self._set_assignment([])
+
+    def subscription(self) -> set[str]:
+        """The topics subscribed to (patterns resolved against the cluster)."""
+        return set(self._group.subscription.topics) if self._group else set()
+
+    async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+                     | None = None, timeout_ms: int | None = None) -> None:
+        """Commit `offsets` (default: the position of every assigned partition, i.e.
+        everything `poll` returned) to the group, waiting for the answer."""
+        await self._need_group("commit()").commit(offsets, timeout_ms)
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+                     | None = None, callback: CommitCallback | None = None
+                     ) -> asyncio.Task[None]:
+        """Send a commit without waiting; `callback(offsets, error)` when done."""
+        return self._need_group("commit_async()").commit_async(offsets, callback)
+
+    async def committed(self, partitions: Iterable[PartitionLike],
+                        timeout_ms: int | None = None
+                        ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets for `partitions` (None: nothing committed)."""
+        return await self._need_group("committed()").committed(
+            [_tp(p) for p in partitions], timeout_ms)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """Group id, generation and member id (for transactional offset commits)."""
+        return self._need_group("group_metadata()").group_metadata()
+
+    def _wake_fetcher(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.wakeup()
+
+    # -- manual assignment -------------------------------------------------------------
 
     def assign(self, partitions: Iterable[PartitionLike]) -> None:
         """Read exactly these partitions (replacing any previous assignment)."""
-        tps = [_tp(p) for p in partitions]
+        if self._group is not None and self._group.subscription.active:
+            raise RuntimeError("assign() while subscribed: call unsubscribe() first; a "
+                               "consumer either subscribes or assigns")
+        self._set_assignment(_tp(p) for p in partitions)
+
+    def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
+        tps = list(partitions)
         self._assignment.assign(tps)
         self._metadata.tracked |= {tp.topic for tp in tps}
         if self._fetcher is not None:
@@ -153,6 +237,8 @@ class AsyncConsumer:
         tp = _tp(partition)
         st = self._assignment.state(tp)
         fetcher = self._started()
+        if st.position is None and self._group is not None:  # committed offset first
+            await self._group.ensure_positions([tp])
         if st.position is None:
             await fetcher.reset_positions()
             self._raise_pending()
@@ -208,15 +294,27 @@ class AsyncConsumer:
         return out
 
     async def _wait(self, fetcher: Fetcher, deadline: float) -> bool:
-        """Wait for fetched data until `deadline`; False if it passed."""
+        """Wait for fetched data (or group work) until `deadline`; False if it passed."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
+        if self._group is not None:  # consumer groups: a rebalance step may be due
+            waits = [asyncio.ensure_future(e.wait())
+                     for e in (fetcher.data_ready, self._group.wakeup)]
+            done, pending = await asyncio.wait(waits, timeout=remaining,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for w in pending:
+                w.cancel()
+            return bool(done)
         try:
             await asyncio.wait_for(fetcher.data_ready.wait(), remaining)
         except TimeoutError:
             return False
         return True
+
+    async def _group_poll(self, deadline: float) -> None:
+        if self._group is not None:
+            await self._group.poll(deadline)
 
     async def poll(self, timeout_ms: int = 1000,
                    max_records: int | None = None) -> list[ConsumerRecord]:
@@ -225,12 +323,19 @@ class AsyncConsumer:
         fetcher = self._started()
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            fetcher.data_ready.clear()  # before draining, so no arrival is missed
-            self._raise_pending()
-            out = self._drain(fetcher, limit)
-            if out or not await self._wait(fetcher, deadline):
-                return out
+        if self._group is not None:
+            self._group.poll_started()
+        try:
+            while True:
+                await self._group_poll(deadline)
+                fetcher.data_ready.clear()  # before draining, so no arrival is missed
+                self._raise_pending()
+                out = self._drain(fetcher, limit)
+                if out or not await self._wait(fetcher, deadline):
+                    return out
+        finally:
+            if self._group is not None:
+                self._group.poll_finished()
 
     async def poll_batches(self, timeout_ms: int = 1000, max_records: int | None = None
                            ) -> dict[TopicPartition, list[Record]]:
@@ -239,7 +344,18 @@ class AsyncConsumer:
         fetcher = self._started()
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
+        if self._group is not None:
+            self._group.poll_started()
+        try:
+            return await self._poll_batches(fetcher, limit, deadline)
+        finally:
+            if self._group is not None:
+                self._group.poll_finished()
+
+    async def _poll_batches(self, fetcher: Fetcher, limit: int, deadline: float
+                            ) -> dict[TopicPartition, list[Record]]:
         while True:
+            await self._group_poll(deadline)
             fetcher.data_ready.clear()
             self._raise_pending()
             out: dict[TopicPartition, list[Record]] = {}

@@ -1,0 +1,447 @@
+"""`ConsumerCoordinator`: the consumer's side of a consumer group (classic protocol).
+
+The consumer owns one when ``group.id`` is set. It finds the group coordinator
+(`coordinator_link`), joins and syncs (`join`), heartbeats (`heartbeat`), applies
+assignments, calls the rebalance listener (`listener`), and commits and fetches
+offsets (`commits`). `membership` holds the state machine.
+
+As in Kafka, a rebalance advances only inside `poll()`: poll runs the *prepare* step
+(auto-commit, then revoke — everything with eager assignors, only unsubscribed topics
+with cooperative-sticky — or report partitions lost if the member was reset), starts
+the JoinGroup/SyncGroup task (in the background, so a poll's timeout never cuts a
+JoinGroup short, and still-owned partitions keep being consumed meanwhile) and, in
+the poll that finds it finished, runs the *complete* step: revoke what
+moved (cooperative; auto-committing it first), assign, call the listener, and rejoin at
+once if anything was revoked (KIP-429's second round). Listener callbacks therefore
+run inside poll/close/unsubscribe, never while the application processes records.
+Heartbeats run on their own task whatever the application does.
+
+Newly assigned partitions wait (``blocked``, no position) until their committed offsets
+are fetched with OffsetFetch; without a committed offset they start where
+``auto.offset.reset`` says. A `seek()` in ``on_partitions_assigned`` wins.
+
+``enable.auto.commit`` commits every position every ``auto.commit.interval.ms`` from
+poll, before every rejoin, before cooperative revocations and on close (see `commits`
+for `commit()`, `commit_async()` and `committed()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tidegate.assignors import lookup, rebalance_protocol
+from tidegate.assignors.registry import RebalanceProtocol
+from tidegate.client.config import ConsumerConfig
+from tidegate.client.consumer.commits import CommitCallback, GroupCommits, Offsets
+from tidegate.client.consumer.coordinator_link import LEAVE_GROUP, CoordinatorLink
+from tidegate.client.consumer.group_offsets import FencedInstanceIdError, OffsetAndMetadata
+from tidegate.client.consumer.heartbeat import HeartbeatTask
+from tidegate.client.consumer.join import JoinOutcome, join_and_sync
+from tidegate.client.consumer.listener import invoke
+from tidegate.client.consumer.membership import Membership, MemberState, diff, join_protocols
+from tidegate.client.consumer.state import Assignment
+from tidegate.client.consumer.subscription import SubscriptionState
+from tidegate.client.metadata import MetadataClient
+from tidegate.client.net import NetworkClient
+from tidegate.client.types import TopicPartition
+from tidegate.common.errors import KafkaError
+
+__all__ = ["CommitCallback", "ConsumerCoordinator", "ConsumerGroupMetadata"]
+
+log = logging.getLogger("tidegate.client.consumer.group")
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadata:
+    """What a transactional producer needs to commit offsets for this consumer."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+
+
+class ConsumerCoordinator:
+    """See the module docstring. `apply_assignment` replaces the consumer's partitions
+    (dropping buffered data of removed ones); `wake_fetcher` nudges the fetcher."""
+
+    def __init__(self, config: ConsumerConfig, net: NetworkClient, metadata: MetadataClient,
+                 assignment: Assignment, *,
+                 apply_assignment: Callable[[Iterable[TopicPartition]], None],
+                 wake_fetcher: Callable[[], None]) -> None:
+        assert config.group_id, "a ConsumerCoordinator needs group.id"
+        self.config = config
+        self.group_id = config.group_id
+        self.metadata = metadata
+        self.assignment = assignment
+        self._apply = apply_assignment
+        self._wake_fetcher = wake_fetcher
+        self.link = CoordinatorLink(config, net, self.group_id)
+        self.membership = Membership(self.group_id, config.group_instance_id)
+        self.subscription = SubscriptionState(config.exclude_internal_topics)
+        self.assignors = [lookup(n) for n in config.partition_assignment_strategy]
+        self.protocol = rebalance_protocol(self.assignors)
+        self.listener: object | None = None
+        self.wakeup = asyncio.Event()  # set when poll() has rebalance work to do
+        self.heartbeat = HeartbeatTask(
+            config, self.link, self.membership, last_poll=self._poll_clock,
+            on_poll_timeout=self._poll_timeout, on_fatal=self._set_fatal,
+            wake_poll=self.wakeup.set)
+        self._join: asyncio.Task[JoinOutcome] | None = None
+        self._fatal: BaseException | None = None
+        self._callback_error: BaseException | None = None
+        self._awaiting: set[TopicPartition] = set()  # need their committed offsets
+        self._last_assigned: list[TopicPartition] = []  # for sticky's user data
+        self._last_generation = -1
+        self._counts: dict[str, int] = {}  # partition counts at the last assignment
+        self._last_poll = time.monotonic()
+        self._polling = 0
+        self._next_topic_scan = 0.0
+        self._closed = False
+        self.commits = GroupCommits(
+            config, self.link, self.membership, assignment,
+            subscribed=lambda: self.subscription.active,
+            joining=lambda: self._join is not None, on_fatal=self._set_fatal,
+            wake_poll=self.wakeup.set)
+
+    # -- subscription ------------------------------------------------------------------
+
+    def subscribe(self, topics: Any, listener: object | None = None) -> None:
+        """Set the subscription (see `SubscriptionState.subscribe`); the join happens
+        in the next poll."""
+        self.subscription.subscribe(topics)
+        self.listener = listener
+        self.metadata.tracked |= self.subscription.literal
+        self._next_topic_scan = 0.0
+        self.membership.request_rejoin("subscription changed")
+        self.wakeup.set()
+
+    async def unsubscribe(self) -> None:
+        """Give up every partition (committing and revoking first) and leave."""
+        if self._join is not None:
+            self._join.cancel()
+            self._join = None
+        await self._release_all("unsubscribing")
+        await self._leave("the consumer unsubscribed")
+        self.subscription.unsubscribe()
+
+    # -- poll --------------------------------------------------------------------------
+
+    def _poll_clock(self) -> float | None:
+        return None if self._polling else self._last_poll
+
+    def poll_started(self) -> None:
+        self._polling += 1
+        self._last_poll = time.monotonic()
+
+    def poll_finished(self) -> None:
+        self._polling -= 1
+        self._last_poll = time.monotonic()
+
+    def _set_fatal(self, exc: BaseException) -> None:
+        log.error("group %s: fatal: %s", self.group_id, exc)
+        self._fatal = exc
+        self.wakeup.set()
+
+    async def poll(self, deadline: float) -> None:
+        """Advance group membership; see the module docstring. Raises fatal group
+        errors and exceptions from listener callbacks."""
+        self.wakeup.clear()
+        if self._fatal is not None:
+            raise self._fatal
+        if self.subscription.active:
+            self.heartbeat.start()
+            await self._check_topics(deadline)
+            await self._rebalance()
+            await self._refresh_committed(deadline)
+        self.commits.auto_commit()
+        if self._callback_error is not None:
+            err, self._callback_error = self._callback_error, None
+            raise err
+
+    async def _check_topics(self, deadline: float) -> None:
+        """Pattern subscriptions: rescan the cluster's topics every
+        ``metadata.max.age.ms``. Everyone: rejoin when the partition count of a
+        subscribed topic changed since the last assignment."""
+        now = time.monotonic()
+        if self.subscription.has_patterns and now >= self._next_topic_scan:
+            try:
+                meta = await asyncio.wait_for(self.metadata.fetch_all(),
+                                              max(0.1, deadline - now))
+            except (KafkaError, TimeoutError) as e:
+                log.debug("group %s: topic scan failed: %s", self.group_id, e)
+            else:
+                self._next_topic_scan = now + self.config.metadata_max_age_ms / 1000
+                self.subscription.resolve(meta.topics)
+                self.metadata.tracked |= self.subscription.topics
+        if self.subscription.changed():
+            self.membership.request_rejoin("subscribed topics changed")
+        cache = self.metadata.cache
+        for topic, count in self._counts.items():
+            now_count = cache.partition_count(topic)
+            if now_count is not None and now_count != count:
+                self._counts = {}
+                self.membership.request_rejoin(
+                    f"topic {topic} now has {now_count} partitions (had {count})")
+                break
+
+    async def _rebalance(self) -> None:
+        m = self.membership
+        if self._join is None and (m.rejoin_needed or m.state is not MemberState.STABLE):
+            await self._prepare()
+            if not self.subscription.topics:
+                return  # a pattern that matches nothing yet: nothing to join with
+            self.metadata.tracked |= self.subscription.topics
+            self._join = asyncio.get_running_loop().create_task(join_and_sync(
+                self.config, self.link, m, self.subscription.topics, self._protocols,
+                self._partition_counts))
+            self._join.add_done_callback(lambda _: self.wakeup.set())
+        # Do not wait for the join here: the consumer's poll loop waits for records or
+        # `wakeup` (set when the task ends), so partitions still owned (cooperative)
+        # keep being consumed while the group rebalances.
+        if self._join is None or not self._join.done():
+            return
+        task, self._join = self._join, None
+        self.heartbeat.kick()
+        try:
+            outcome = task.result()
+        except asyncio.CancelledError:
+            return
+        except FencedInstanceIdError as e:
+            self._set_fatal(e)  # another instance took our place: never rejoin
+            raise
+        # Other errors are raised once; the next poll joins again (we are not STABLE).
+        await self._complete(outcome)
+
+    def _protocols(self) -> list[dict[str, object]]:
+        m = self.membership
+        owned = [] if m.partitions_lost else sorted(self.assignment.partitions)
+        return join_protocols(self.assignors, self.subscription.topics, self.protocol,
+                              owned, m.generation.generation_id, self._last_assigned,
+                              self._last_generation, self.config.client_rack)
+
+    async def _partition_counts(self, topics: set[str]) -> dict[str, int]:
+        """For the leader's assignment: partition counts of every member's topics."""
+        if topics:
+            try:
+                await self.metadata.refresh(topics)
+            except KafkaError as e:
+                log.warning("group %s: metadata refresh for the assignment failed: %s",
+                            self.group_id, e)
+        counts: dict[str, int] = {}
+        for topic in topics:
+            n = self.metadata.cache.partition_count(topic)
+            if n:
+                counts[topic] = n
+        return counts
+
+    async def _prepare(self) -> None:
+        """Before (re)joining: commit, then revoke or report lost (see the module
+        docstring)."""
+        owned = set(self.assignment.partitions)
+        m = self.membership
+        if m.partitions_lost:
+            m.partitions_lost = False
+            if owned:
+                await self._release(owned, "on_partitions_lost")
+            return
+        if owned and self.config.enable_auto_commit and m.generation.valid:
+            await self.commits.commit_quietly(self.commits.consumed(owned),
+                                              "before rejoining")
+        if self.protocol is RebalanceProtocol.EAGER:
+            gone = owned
+        else:
+            gone = {tp for tp in owned if tp.topic not in self.subscription.topics}
+        if gone:
+            await self._release(gone, "on_partitions_revoked")
+
+    async def _release(self, partitions: set[TopicPartition], callback: str) -> None:
+        """Call the listener for `partitions`, then drop them."""
+        log.info("group %s: %s %s", self.group_id, callback.removeprefix("on_partitions_"),
+                 _names(partitions))
+        self._note(await invoke(self.listener, callback, partitions))
+        self._apply([tp for tp in self.assignment.partitions if tp not in partitions])
+        self._awaiting -= partitions
+
+    async def _complete(self, outcome: JoinOutcome) -> None:
+        m = self.membership
+        if m.generation != outcome.generation or m.state is not MemberState.STABLE:
+            # Reset (by a heartbeat or a commit) after this rebalance finished: its
+            # assignment is void; the next poll reports what we own lost and rejoins.
+            log.info("group %s: generation %d ended before it was applied", self.group_id,
+                     outcome.generation.generation_id)
+            return
+        self.subscription.joined = outcome.topics
+        new = {TopicPartition(t, p) for t, p in outcome.assignment.partitions}
+        strays = {tp for tp in new if tp.topic not in self.subscription.topics}
+        if strays:
+            log.warning("group %s: assigned %s outside the subscription; rejoining",
+                        self.group_id, _names(strays))
+            m.request_rejoin("assignment does not match the subscription")
+            new -= strays
+        self._last_assigned = sorted(new)
+        self._last_generation = outcome.generation.generation_id
+        if m.partitions_lost:  # reset during the join: what we had is gone, all of it
+            m.partitions_lost = False
+            if self.assignment.partitions:
+                await self._release(set(self.assignment.partitions), "on_partitions_lost")
+        revoked, added = diff(self.assignment.partitions, new)
+        if revoked:
+            if self.config.enable_auto_commit:
+                await self.commits.commit_quietly(self.commits.consumed(revoked),
+                                                  "before revoking")
+            await self._release(revoked, "on_partitions_revoked")
+        self._apply(sorted(new))
+        for tp in added:
+            st = self.assignment.partitions[tp]
+            if st.position is None:
+                st.blocked = True  # until its committed offset is known
+                self._awaiting.add(tp)
+        log.info("group %s: generation %d (%s, %s): assigned %s%s", self.group_id,
+                 outcome.generation.generation_id, outcome.generation.protocol,
+                 "leader" if outcome.leader else "follower", _names(new),
+                 f" (added {_names(added)})" if added != new else "")
+        self._note(await invoke(self.listener, "on_partitions_assigned", added))
+        if revoked and self.protocol is RebalanceProtocol.COOPERATIVE:
+            m.request_rejoin("partitions were revoked; they can be reassigned now")
+            self.wakeup.set()
+        self._counts = {t: n for t in self.subscription.topics
+                        if (n := self.metadata.cache.partition_count(t) or 0)}
+        self.commits.next_auto_commit = (
+            time.monotonic() + self.config.auto_commit_interval_ms / 1000)
+
+    def _note(self, error: BaseException | None) -> None:
+        if error is not None and self._callback_error is None:
+            self._callback_error = error
+
+    async def _poll_timeout(self) -> None:
+        if self._join is not None:
+            self._join.cancel()
+            self._join = None
+        await self._leave("consumer poll timeout has expired (max.poll.interval.ms)")
+        # Someone else may own our partitions by now: the next poll reports them lost.
+        self.membership.partitions_lost = bool(self.assignment.partitions)
+        self.membership.request_rejoin("consumer poll timeout has expired")
+        self.wakeup.set()
+
+    # -- committed offsets for new partitions ------------------------------------------
+
+    async def _refresh_committed(self, deadline: float) -> None:
+        pending = {tp for tp in self._awaiting
+                   if (st := self.assignment.partitions.get(tp)) is not None
+                   and st.blocked and st.position is None}
+        self._awaiting = set(pending)
+        if not pending:
+            return
+        try:
+            found = await self.commits.fetch(
+                pending, max(deadline, time.monotonic() + 0.5), partial=True)
+        except KafkaError as e:
+            log.debug("group %s: fetching committed offsets failed: %s", self.group_id, e)
+            return
+        for tp in pending:
+            st = self.assignment.partitions.get(tp)
+            if tp not in found or st is None or not st.blocked or st.position is not None:
+                continue
+            committed = found[tp]
+            if committed is not None:
+                st.position = committed.offset
+            st.blocked = False  # no committed offset: auto.offset.reset decides
+            self._awaiting.discard(tp)
+        self._wake_fetcher()
+
+    async def ensure_positions(self, partitions: Iterable[TopicPartition]) -> None:
+        """Fetch committed offsets now for those of `partitions` still waiting."""
+        if self._awaiting & set(partitions):
+            await self._refresh_committed(
+                time.monotonic() + self.config.default_api_timeout_ms / 1000)
+
+    async def committed(self, partitions: Iterable[TopicPartition],
+                        timeout_ms: int | None = None
+                        ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        return await self.commits.committed(partitions, timeout_ms)
+
+    # -- commits (see commits.GroupCommits) -----------------------------------------
+
+    async def commit(self, offsets: Offsets | None = None, timeout_ms: int | None = None
+                     ) -> None:
+        await self.commits.commit(offsets, timeout_ms)
+
+    def commit_async(self, offsets: Offsets | None = None,
+                     callback: CommitCallback | None = None) -> asyncio.Task[None]:
+        return self.commits.commit_async(offsets, callback)
+
+    # -- leaving -----------------------------------------------------------------------
+
+    async def _release_all(self, why: str) -> None:
+        owned = set(self.assignment.partitions)
+        if not owned or not self.subscription.active:
+            return
+        if self.membership.partitions_lost or not self.membership.generation.valid:
+            self.membership.partitions_lost = False
+            await self._release(owned, "on_partitions_lost")
+            return
+        if self.config.enable_auto_commit:
+            await self.commits.commit_quietly(self.commits.consumed(owned), why)
+        await self._release(owned, "on_partitions_revoked")
+
+    async def _leave(self, reason: str) -> None:
+        """LeaveGroup (dynamic members only: a static member's partitions wait for it
+        until ``session.timeout.ms``), then forget the membership."""
+        m = self.membership
+        if m.group_instance_id is None and m.member_id and self.link.known:
+            try:
+                await self.link.request(LEAVE_GROUP, {
+                    "group_id": self.group_id, "member_id": m.member_id,
+                    "members": [{"member_id": m.member_id, "group_instance_id": None,
+                                 "reason": reason}],
+                }, timeout_ms=self.config.request_timeout_ms)
+                log.info("group %s: member %s left: %s", self.group_id, m.member_id, reason)
+            except KafkaError as e:
+                log.debug("group %s: LeaveGroup failed: %s", self.group_id, e)
+        m.left(keep_member_id=m.group_instance_id is not None)
+
+    async def close(self) -> None:
+        """Commit (auto-commit), revoke, wait for async commits, leave; all bounded by
+        ``request.timeout.ms``."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._join is not None:
+            self._join.cancel()
+            with contextlib.suppress(BaseException):
+                await self._join
+            self._join = None
+        try:
+            if self.subscription.active:
+                await self._release_all("on close")
+            elif self.config.enable_auto_commit:
+                await self.commits.commit_quietly(self.commits.consumed(), "on close")
+            await self.commits.wait_pending(self.config.request_timeout_ms / 1000)
+            if self.subscription.active:
+                await self._leave("the consumer is closing")
+        finally:
+            await self.heartbeat.stop()
+            await self.link.close()
+            if self._callback_error is not None:
+                log.error("group %s: rebalance listener failed while closing: %r",
+                          self.group_id, self._callback_error)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        g = self.membership.generation
+        return ConsumerGroupMetadata(self.group_id, g.generation_id, g.member_id,
+                                     self.membership.group_instance_id)
+
+
+def _names(tps: Iterable[TopicPartition]) -> str:
+    items = sorted(tps)
+    if not items:
+        return "nothing"
+    text = ", ".join(f"{t}-{p}" for t, p in items[:20])
+    return text + (f" and {len(items) - 20} more" if len(items) > 20 else "")
