@@ -61,8 +61,15 @@ class LoopThread:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
+        self._what = name.removeprefix("tidegate-")  # "producer", "consumer", "admin"
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self.loop.is_closed() or not self._thread.is_alive():
+            coro.close()
+            raise ClientClosedError(f"the {self._what} is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -78,7 +85,7 @@ class LoopThread:
             coro.close()
             raise RuntimeError("a blocking client method was called from the client's own "
                                "loop thread (e.g. from a delivery callback)")
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        fut = self._submit(coro)
         try:
             return fut.result(timeout)
         except BaseException:
@@ -86,7 +93,8 @@ class LoopThread:
             raise
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        """Start `coro` on the loop thread; ClientClosedError once the client closed."""
+        return self._submit(coro)
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run a plain function on the loop thread (for state the loop owns)."""

@@ -65,8 +65,53 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "queued.max.requests": ("500", "int", "In-flight requests per connection before reads pause."),
     "cluster.id": ("", "str", "Cluster id; generated at first start and kept in meta.properties."),
     "broker.rack": ("", "str", "Rack of this broker."),
-    "offsets.topic.num.partitions": ("50", "int", "Partitions of __consumer_offsets."),
+    "offsets.topic.num.partitions": (
+        "50",
+        "int",
+        "Partitions of __consumer_offsets (Kafka's default; creating and replaying 50 "
+        "empty partitions at start takes well under a second, so an embedded node keeps "
+        "it). Fixed once the topic exists.",
+    ),
+    # -- group coordinator (issue 5) ----------------------------------------------------
+    "offsets.topic.segment.bytes": ("104857600", "int", "segment.bytes of __consumer_offsets."),
+    "offsets.topic.replication.factor": (
+        "1",
+        "int",
+        "Replicas of __consumer_offsets (Kafka: 3; a single node keeps one).",
+    ),
+    "offsets.load.buffer.size": (
+        "5242880",
+        "int",
+        "Bytes read at a time when replaying __consumer_offsets at start.",
+    ),
+    "offsets.retention.minutes": (
+        "10080",
+        "int",
+        "Committed offsets of a group expire this long after it became Empty (or after "
+        "the commit, for groups that only store offsets). 0 expires them at the next check.",
+    ),
+    "offsets.retention.check.interval.ms": ("600000", "int", "How often offsets expire."),
+    "offset.metadata.max.bytes": ("4096", "int", "Largest metadata string of a commit."),
+    "group.min.session.timeout.ms": ("6000", "int", "Smallest session.timeout.ms accepted."),
+    "group.max.session.timeout.ms": ("1800000", "int", "Largest session.timeout.ms accepted."),
+    "group.initial.rebalance.delay.ms": (
+        "3000",
+        "int",
+        "How long the first rebalance of an empty group waits for more members to join.",
+    ),
+    "group.max.size": ("2147483647", "int", "Most members a group may have."),
     "transaction.state.log.num.partitions": ("50", "int", "Partitions of __transaction_state."),
+    "producer.id.expiration.ms": (
+        "86400000",
+        "int",
+        "How long a partition keeps an idle producer id's de-duplication state after its "
+        "last write (KIP-854).",
+    ),
+    "producer.id.expiration.check.interval.ms": (
+        "600000",
+        "int",
+        "How often expired producer ids are removed.",
+    ),
 }
 
 

@@ -159,22 +159,10 @@ class BatchBuilder:
         else:
             z = len(value) << 1
             value_len_bytes = enc[z] if z < _SMALL else encode_uvarint(z)
-        headers_bytes = _encode_headers(headers) if headers else _ZERO
-        z = (
-            1
-            + len(ts_bytes)
-            + len(offset_bytes)
-            + len(key_len_bytes)
-            + len(key)
-            + len(value_len_bytes)
-            + len(value)
-            + len(headers_bytes)
-        ) << 1
-        # One join, then one append: a bad argument (e.g. a str value) raises from
-        # join before the buffer or the counters change.
-        self._buf += _EMPTY.join(
+        # The body first, then its length: one len() instead of one per field. A bad
+        # argument (e.g. a str value) raises from join before anything changes.
+        body = _EMPTY.join(
             (
-                enc[z] if z < _SMALL else encode_uvarint(z),
                 _ZERO,
                 ts_bytes,
                 offset_bytes,
@@ -182,9 +170,13 @@ class BatchBuilder:
                 key,
                 value_len_bytes,
                 value,
-                headers_bytes,
+                _encode_headers(headers) if headers else _ZERO,
             )
         )
+        z = len(body) << 1
+        buf = self._buf
+        buf += enc[z] if z < _SMALL else encode_uvarint(z)
+        buf += body
         if delta == 0:
             self._base_ts = self._max_ts = timestamp
         elif timestamp > self._max_ts:

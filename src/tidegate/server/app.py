@@ -3,8 +3,10 @@
 `run_broker(config)` is what `tidegate serve` calls. It installs uvloop when present,
 recovers every partition (logging progress), binds the listeners, prints where it
 listens, then runs retention (`log.retention.check.interval.ms`), the log cleaner
-(`log.cleaner.backoff.ms`) and the time-based flush (`log.flush.interval.ms`) until
-SIGTERM/SIGINT, when it stops accepting, flushes and closes every log cleanly.
+(`log.cleaner.backoff.ms`), the time-based flush (`log.flush.interval.ms`) and the
+expiry of idle producer ids (`producer.id.expiration.check.interval.ms`) until
+SIGTERM/SIGINT, when it stops accepting, flushes and closes every log cleanly. The group
+coordinator starts after the logs load and stops before they close.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class BrokerApp:
     async def start(self) -> list[tuple[str, int]]:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.broker.load)
+        # -- group coordinator: create __consumer_offsets if missing, replay it in the
+        # background (COORDINATOR_LOAD_IN_PROGRESS until done), run its timers and
+        # offset expiry (offsets.retention.check.interval.ms); see server/group_coordinator.py
+        await self.broker.group_coordinator.start()
         self.bound = await self.listener.start()
         interval = self.config.get_int("log.retention.check.interval.ms", 300000) or 300000
         self._tasks.append(asyncio.create_task(self._every(interval, self._retention)))
@@ -42,6 +48,9 @@ class BrokerApp:
             self._tasks.append(asyncio.create_task(self._every(backoff, self._clean)))
         sched = self.config.get_int("log.flush.scheduler.interval.ms", 1000) or 1000
         self._tasks.append(asyncio.create_task(self._every(sched, self._timed_flush)))
+        # -- idempotent producers: expire idle producer state -------------------------
+        check = self.config.get_int("producer.id.expiration.check.interval.ms") or 600000
+        self._tasks.append(asyncio.create_task(self._every(check, self._expire_producers)))
         return self.bound
 
     async def _every(self, interval_ms: int, job: Callable[[], None]) -> None:
@@ -68,6 +77,9 @@ class BrokerApp:
             if lg.recovery_point < lg.log_end_offset and now - lg.last_flush_ms >= flush_ms:
                 lg.flush()
 
+    def _expire_producers(self) -> None:
+        self.broker.expire_producers()
+
     def request_stop(self) -> None:
         self._stop.set()
 
@@ -82,6 +94,7 @@ class BrokerApp:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.listener.stop()
+        await self.broker.group_coordinator.stop()  # group coordinator section
         await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
         log.info("stopped cleanly")
 

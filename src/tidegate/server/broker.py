@@ -19,6 +19,7 @@ from pathlib import Path
 from tidegate.common.clock import Clock, SystemClock
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import InvalidConfigError
+from tidegate.coordinator.producer_ids import ProducerIdManager
 from tidegate.server.durability import Flushable, GroupCommit
 from tidegate.storage.config import LogConfig, topic_defaults_from_broker
 from tidegate.storage.log import Log
@@ -49,6 +50,8 @@ class Broker:
         self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._log_tp: dict[int, TopicPartition] = {}
         self.started_at = self.clock.monotonic()
+        self._init_idempotence()
+        self._init_group_coordinator()
         from tidegate.server.dispatch import default_dispatcher
 
         self.dispatcher = default_dispatcher()
@@ -161,6 +164,7 @@ class Broker:
                     self._log_tp.pop(id(lg), None)
                 self._notify((name, p))
         self.logs.delete_topic(name)
+        self.group_coordinator.on_topic_deleted(name)  # its committed offsets go too
         log.info("deleted topic %s", name)
 
     def auto_create_enabled(self) -> bool:
@@ -169,7 +173,40 @@ class Broker:
     def default_partitions(self) -> int:
         return self.config.get_int("num.partitions", 1) or 1
 
+    # -- idempotent producers: producer ids and producer-state expiry -----------------
 
+    def _init_idempotence(self) -> None:
+        """Producer ids for InitProducerId, reserved in durable blocks in the log dir."""
+        self.producer_ids = ProducerIdManager(self.config.log_dir / PRODUCER_ID_FILE)
+
+    @property
+    def producer_id_expiration_ms(self) -> int:
+        value = self.config.get_int("producer.id.expiration.ms", 86400000)
+        return 86400000 if value is None else value
+
+    def expire_producers(self) -> int:
+        """Forget, in every partition, producers idle for producer.id.expiration.ms
+        (blocking; run it in a worker thread). Returns how many were removed."""
+        now, expiration = self.clock.now_ms(), self.producer_id_expiration_ms
+        removed = 0
+        for topic, partition, lg in self.logs.logs():
+            n = lg.remove_expired_producers(now, expiration)
+            if n:
+                log.info("%s-%d: expired %d idle producer ids", topic, partition, n)
+            removed += n
+        return removed
+
+    # -- group coordinator: __consumer_offsets and consumer groups (issue 5) -----------
+
+    def _init_group_coordinator(self) -> None:
+        """The group coordinator; `BrokerApp` starts it (creates and replays
+        __consumer_offsets) after the logs are loaded. See server/group_coordinator.py."""
+        from tidegate.server.group_coordinator import GroupCoordinator
+
+        self.group_coordinator = GroupCoordinator(self)
+
+
+PRODUCER_ID_FILE = "tidegate-producer-ids"
 _DYNAMIC_FILE = "tidegate-broker-configs.json"
 
 

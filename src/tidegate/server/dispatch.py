@@ -54,8 +54,13 @@ def default_dispatcher() -> Dispatcher:
         api_versions,
         configs,
         fetch,
+        find_coordinator,
+        group_admin,
+        groups,
+        init_producer_id,
         metadata,
         offsets,
+        offsets_commit,
         produce,
     )
 
@@ -74,4 +79,17 @@ def default_dispatcher() -> Dispatcher:
     d.register(32, configs.handle_describe_configs, 1, 4)
     d.register(33, configs.handle_alter_configs, 0, 2)
     d.register(44, configs.handle_incremental_alter_configs, 0, 1)
+    d.register(22, init_producer_id.handle, 0, 5)
+    # group coordinator (issue 5)
+    d.register(10, find_coordinator.handle, 0, 6)
+    d.register(11, groups.handle_join_group, 0, 9)
+    d.register(14, groups.handle_sync_group, 0, 5)
+    d.register(12, groups.handle_heartbeat, 0, 4)
+    d.register(13, groups.handle_leave_group, 0, 5)
+    d.register(8, offsets_commit.handle_offset_commit, 2, 10)
+    d.register(9, offsets_commit.handle_offset_fetch, 1, 10)
+    d.register(47, offsets_commit.handle_offset_delete, 0, 0)
+    d.register(15, group_admin.handle_describe_groups, 0, 6)
+    d.register(16, group_admin.handle_list_groups, 0, 5)
+    d.register(42, group_admin.handle_delete_groups, 0, 2)
     return d

@@ -4,13 +4,24 @@ It validates producer batches, assigns offsets, stamps LogAppendTime, appends to
 active segment (rolling when due), serves reads of whole batches, fsyncs on demand,
 answers timestamp queries, and applies retention, DeleteRecords and truncation.
 
+Idempotence: a `ProducerStateManager` (see `producer_state`) checks every batch carrying
+a producer id before offsets are assigned and learns it after the append. A retry of one
+of a producer's last 5 batches is not written again: `append` returns the original's
+offsets with `AppendInfo.duplicate` set. The state is snapshotted (Kafka's
+`<offset>.snapshot` files, the newest two kept) when a segment rolls and at clean close,
+rebuilt at open from the newest snapshot plus the batch headers after it
+(`recovery.load_producer_state`), rewound on truncation, and kept when retention or
+DeleteRecords move the log start. The roll's snapshot is written without fsync (the
+roll may run on the event loop); the next `flush` fsyncs it before the directory.
+
 Invariants:
 - segments are sorted by base offset; the last one is active (the only one appended to);
   `log_start_offset` lies in [first base offset, log_end_offset];
 - offsets increase in append order, dense except for gaps compaction leaves;
 - `recovery_point` <= `log_end_offset`, and everything below it has been fdatasync'ed;
 - files hold batches exactly as on the wire; nothing here decodes records except the
-  two timestamp queries, which decode one batch each.
+  two timestamp queries, which decode one batch each;
+- the producer state reflects exactly the batches below `log_end_offset`.
 
 Thread-safety contract: one lock (held only for in-memory work, page-cache writes and
 reads, and a few renames/unlinks) serialises `append`, `read`, truncation, retention,
@@ -41,16 +52,23 @@ from tidegate.storage import queries, retention
 from tidegate.storage.config import LogConfig
 from tidegate.storage.errors import RecordListTooLargeError
 from tidegate.storage.files import atomic_write, fsync_dir, parse_partition_dir
+from tidegate.storage.producer_state import DuplicateBatch, ProducerStateManager
 from tidegate.storage.recovery import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_FILE,
     LOG_START_OFFSET_FILE,
     OpenedPartition,
+    load_producer_state,
     open_partition_dir,
+    replay_producer_state,
 )
 from tidegate.storage.segment import LogSegment
 from tidegate.storage.segment_list import SegmentList
-from tidegate.storage.validation import assign_offsets, validate_producer_batches
+from tidegate.storage.validation import (
+    assign_offsets,
+    check_timestamps,
+    validate_producer_batches,
+)
 
 __all__ = ["AppendInfo", "Log"]
 
@@ -66,6 +84,9 @@ class AppendInfo:
     max_timestamp: int
     record_count: int
     batches: list[BatchHeader]  # as stored (offsets assigned)
+    # A producer's retry of a batch already in the log: nothing was written; the offsets
+    # (and max_timestamp / log_append_time) are the original batch's.
+    duplicate: bool = False
 
 
 class Log:
@@ -90,6 +111,13 @@ class Log:
         self._first_dirty = opened.first_dirty_offset
         self._flush_mutex = threading.Lock()
         self._closed = False
+        self._producers = ProducerStateManager()
+        self._unsynced_snapshots: list[Path] = []  # written at rolls, fsynced by flush
+        now = clock.now_ms()
+        if load_producer_state(
+            self._producers, directory, self._segs.segments, self._log_start_offset, now
+        ):  # replayed batches: snapshot now so the next start need not (data is synced)
+            self._producers.take_snapshot(directory)
 
     @classmethod
     def open(
@@ -152,6 +180,12 @@ class Log:
     def segments(self) -> tuple[LogSegment, ...]:
         return tuple(self._segs.segments)
 
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotence state. Not thread-safe: for tests and tools, while nothing
+        appends."""
+        return self._producers
+
     def __repr__(self) -> str:
         return f"Log({self.topic_partition}, {self._log_start_offset}..{self.log_end_offset})"
 
@@ -167,41 +201,76 @@ class Log:
         *,
         now_ms: int | None = None,
         leader_epoch: int | None = None,
+        single_batch: bool = False,
     ) -> AppendInfo:
-        """Validate producer batches, assign offsets, append. No fsync, no record decoding.
+        """Validate producer batches, check producer sequences, assign offsets, append.
+        No fsync, no record decoding.
 
-        The whole request is rejected (nothing appended) if any batch is invalid.
+        The whole request is rejected (nothing appended) if any batch is invalid; a
+        producer's retry of a cached batch is answered with `duplicate` set. An
+        idempotent batch must come alone, as must any batch with `single_batch` (the
+        Produce API's rule, see `validation`).
         """
         now = self._clock.now_ms() if now_ms is None else now_ms
         cfg = self._config
         view = memoryview(data).cast("B") if isinstance(data, memoryview) else data
-        positions = validate_producer_batches(view, cfg, now)
-        if not positions:
+        found = validate_producer_batches(view, cfg, single_batch=single_batch)
+        if not found:
             return AppendInfo(-1, -1, -1, self._log_start_offset, -1, 0, [])
         if len(view) > cfg.segment_bytes:
             raise RecordListTooLargeError(
                 f"{len(view)} bytes of batches exceed segment.bytes ({cfg.segment_bytes})"
             )
-        return self._append(bytearray(view), positions, now, leader_epoch)
+        return self._append(bytearray(view), found, now, leader_epoch, from_client=True)
 
-    def append_control(self, data: bytes, *, now_ms: int | None = None) -> AppendInfo:
-        """Append broker-built batches (e.g. transaction markers), control ones included."""
+    def append_control(
+        self, data: bytes, *, now_ms: int | None = None, coordinator_epoch: int | None = None
+    ) -> AppendInfo:
+        """Append broker-built batches (e.g. transaction markers), control ones included.
+        Producer epochs are still checked (markers also against `coordinator_epoch`)."""
         now = self._clock.now_ms() if now_ms is None else now_ms
-        positions: list[int] = []
+        found: list[tuple[int, BatchHeader]] = []
         pos = 0
         while pos < len(data):
-            positions.append(pos)
-            pos += validate_batch(data, pos).size
-        if not positions:
+            header = validate_batch(data, pos)
+            found.append((pos, header))
+            pos += header.size
+        if not found:
             return AppendInfo(-1, -1, -1, self._log_start_offset, -1, 0, [])
-        return self._append(bytearray(data), positions, now, None)
+        return self._append(
+            bytearray(data),
+            found,
+            now,
+            None,
+            from_client=False,
+            coordinator_epoch=coordinator_epoch,
+        )
 
     def _append(
-        self, buf: bytearray, positions: list[int], now: int, leader_epoch: int | None
+        self,
+        buf: bytearray,
+        found: list[tuple[int, BatchHeader]],
+        now: int,
+        leader_epoch: int | None,
+        *,
+        from_client: bool,
+        coordinator_epoch: int | None = None,
     ) -> AppendInfo:
-        log_append = self._config.log_append_time
+        cfg = self._config
+        log_append = cfg.log_append_time
+        positions = [p for p, _ in found]
         with self._lock:
             self._check_open()
+            psm = self._producers
+            for _, h in found:
+                if h.producer_id >= 0:
+                    dup = psm.validate(
+                        h, is_from_client=from_client, coordinator_epoch=coordinator_epoch
+                    )
+                    if dup is not None:  # only ever the request's single batch
+                        return self._duplicate(dup, log_append)
+            if from_client:
+                check_timestamps([h for _, h in found], now, cfg)
             headers = assign_offsets(
                 buf,
                 positions,
@@ -212,6 +281,8 @@ class Log:
             max_ts = max(h.max_timestamp for h in headers)
             seg = self._maybe_roll(len(buf), max_ts, headers[-1].last_offset, now)
             seg.append(buf, headers, positions)
+            for h in headers:
+                psm.update(h, now, coordinator_epoch=coordinator_epoch)
             lso = self._log_start_offset
         return AppendInfo(
             first_offset=headers[0].base_offset,
@@ -221,6 +292,18 @@ class Log:
             max_timestamp=max_ts,
             record_count=sum(h.records_count for h in headers),
             batches=headers,
+        )
+
+    def _duplicate(self, dup: DuplicateBatch, log_append: bool) -> AppendInfo:
+        return AppendInfo(
+            first_offset=dup.first_offset,
+            last_offset=dup.last_offset,
+            log_append_time=dup.timestamp if log_append else -1,
+            log_start_offset=self._log_start_offset,
+            max_timestamp=dup.timestamp,
+            record_count=0,
+            batches=[],
+            duplicate=True,
         )
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now: int) -> LogSegment:
@@ -234,6 +317,10 @@ class Log:
         else:
             active.on_become_inactive()
         self._segs.append(new)
+        # Snapshot at the new segment's base, as Kafka does; fsynced by the next flush
+        # (only the newest two exist, so only they need it).
+        path = self._producers.take_snapshot(self.directory, sync=False)
+        self._unsynced_snapshots = [*self._unsynced_snapshots[-1:], path]
         return new
 
     # -- read --------------------------------------------------------------------------
@@ -285,15 +372,19 @@ class Log:
                 generation = segs.generation
                 todo = segs.segments[segs.floor_index(self._recovery_point) :]
                 sync_dir, segs.dir_dirty = segs.dir_dirty, False
+                snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
                 segs.pin()
             try:
                 for seg in todo:
                     seg.sync()
+                for path in snapshots:
+                    _fsync_if_exists(path)
                 if sync_dir:
                     fsync_dir(self.directory)
             except OSError:
                 with self._lock:
                     segs.dir_dirty = segs.dir_dirty or sync_dir
+                    self._unsynced_snapshots[:0] = snapshots
                     if self._closed:  # deleted under us: nothing left to make durable
                         return self._recovery_point
                 raise
@@ -338,6 +429,7 @@ class Log:
                 self._log_start_offset = offset
                 self._write_offset_file(LOG_START_OFFSET_FILE, offset)
                 self._delete_oldest(retention.below_start_offset(self._segs.segments, offset))
+                self._producers.truncate_head(self._log_start_offset, self.directory)
             return self._log_start_offset
 
     def apply_retention(self, now_ms: int) -> int:
@@ -351,7 +443,10 @@ class Log:
             self._check_open()
             hw = self.high_watermark
             n = self._delete_oldest(retention.expired_by_time(self._segs.segments, cfg, now_ms, hw))
-            return n + self._delete_oldest(retention.expired_by_size(self._segs.segments, cfg, hw))
+            n += self._delete_oldest(retention.expired_by_size(self._segs.segments, cfg, hw))
+            if n:  # producers stay (see producer_state); older snapshots go
+                self._producers.truncate_head(self._log_start_offset, self.directory)
+            return n
 
     def _delete_oldest(self, count: int) -> int:
         for seg in self._segs.segments[:count]:
@@ -380,10 +475,12 @@ class Log:
                 segs.append(fresh)
                 self._log_start_offset = offset
                 self._write_offset_file(LOG_START_OFFSET_FILE, offset)
+                self._producers.truncate_fully_and_start_at(self.directory, offset)
             else:
                 while segs.bases[-1] > offset:
                     segs.drop(segs.active)
                 segs.active.truncate_to(offset)
+                self._rewind_producer_state()
             leo = self.log_end_offset
             self._log_start_offset = min(self._log_start_offset, leo)
             self._recovery_point = min(self._recovery_point, leo)
@@ -391,6 +488,24 @@ class Log:
             if self._first_dirty > leo:
                 self.set_first_dirty_offset(leo)
             return leo
+
+    def _rewind_producer_state(self) -> None:
+        """After a tail truncation: newest snapshot at or below the new end, then replay."""
+        leo, psm = self.log_end_offset, self._producers
+        lso = min(self._log_start_offset, leo)
+        start = psm.truncate_tail(self.directory, leo, log_start_offset=lso)
+        replay_producer_state(psm, self._segs.segments, start, self._clock.now_ms())
+
+    # -- producer expiry ---------------------------------------------------------------
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for `expiration_ms` (producer.id.expiration.ms) without an
+        open transaction; returns how many."""
+        with self._lock:
+            if self._closed:
+                return 0
+            self._producers.producer_id_expiration_ms = expiration_ms
+            return self._producers.remove_expired(now_ms)
 
     # -- cleaner support ---------------------------------------------------------------
 
@@ -422,13 +537,19 @@ class Log:
     # -- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush, mark a clean shutdown, close the files. Idempotent."""
+        """Flush, snapshot the producer state (unless the log is empty and has no
+        producers), mark a clean shutdown, close the files. Idempotent."""
         with self._flush_mutex, self._lock:
             if self._closed:
                 return
             self._segs.active.on_become_inactive()
             for seg in self._segs.segments:
                 seg.sync()
+            for path in self._unsynced_snapshots:
+                _fsync_if_exists(path)
+            self._unsynced_snapshots = []
+            if self._producers.producers or self.log_end_offset > self._log_start_offset:
+                self._producers.take_snapshot(self.directory)  # at the end: no replay at open
             fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
             os.fsync(fd)
             os.close(fd)
@@ -454,3 +575,15 @@ class Log:
 
     def _write_offset_file(self, name: str, value: int) -> None:
         atomic_write(self.directory / name, f"{value}\n".encode())
+
+
+def _fsync_if_exists(path: Path) -> None:
+    """fsync a file written unsynced earlier; it may have been deleted since."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

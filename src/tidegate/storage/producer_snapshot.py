@@ -20,7 +20,10 @@ producer has no data batch (e.g. its only record is a transaction marker).
 
 Invariants: a snapshot file is written to a temp name, fsynced, renamed, and the directory
 fsynced, so a crash leaves the previous set of snapshots or the new one, never a torn
-file under a final name. A file whose length, version or CRC is wrong raises
+file under a final name. The one exception is `sync=False` (the log's segment roll, which
+runs on the event loop): the file is renamed unsynced and the log fsyncs it, then the
+directory, in its next flush; a crash before that can leave a torn file, which its CRC
+exposes and loading deletes. A file whose length, version or CRC is wrong raises
 CorruptSnapshotError; nothing here guesses at partial content.
 """
 
@@ -37,7 +40,7 @@ import crc32c
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE
-from tidegate.storage.files import atomic_write, fsync_dir
+from tidegate.storage.files import TMP_SUFFIX, atomic_write, fsync_dir
 
 __all__ = [
     "SEQUENCE_MODULUS",
@@ -222,10 +225,20 @@ def decode_snapshot(data: bytes, name: str = "snapshot") -> list[SnapshotEntry]:
     ]
 
 
-def write_snapshot(directory: Path, offset: int, entries: list[SnapshotEntry]) -> Path:
-    """Durably write the snapshot for `offset` (temp + fsync + rename + fsync dir)."""
+def write_snapshot(
+    directory: Path, offset: int, entries: list[SnapshotEntry], *, sync: bool = True
+) -> Path:
+    """Durably write the snapshot for `offset` (temp + fsync + rename + fsync dir); with
+    `sync=False`, temp + rename only: the caller fsyncs the file and directory later."""
     path = snapshot_path(directory, offset)
-    atomic_write(path, encode_snapshot(entries))
+    data = encode_snapshot(entries)
+    if sync:
+        atomic_write(path, data)
+        return path
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
     return path
 
 
@@ -267,10 +280,10 @@ def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
     return found
 
 
-def _delete(directory: Path, doomed: list[Path]) -> int:
+def _delete(directory: Path, doomed: list[Path], sync: bool = True) -> int:
     for path in doomed:
         path.unlink(missing_ok=True)
-    if doomed:
+    if doomed and sync:
         fsync_dir(directory)
     return len(doomed)
 
@@ -285,8 +298,9 @@ def delete_snapshots_above(directory: Path, offset: int) -> int:
     return _delete(directory, [p for off, p in list_snapshots(directory) if off > offset])
 
 
-def keep_latest(directory: Path, n: int = 2) -> int:
-    """Delete all but the `n` newest snapshots; returns how many were deleted."""
+def keep_latest(directory: Path, n: int = 2, *, sync: bool = True) -> int:
+    """Delete all but the `n` newest snapshots; returns how many were deleted. With
+    `sync=False` the directory is not fsynced (a resurrected old snapshot is harmless)."""
     snaps = list_snapshots(directory)
     doomed = snaps[: max(0, len(snaps) - n)]
-    return _delete(directory, [p for _, p in doomed])
+    return _delete(directory, [p for _, p in doomed], sync)

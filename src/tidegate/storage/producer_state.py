@@ -31,8 +31,11 @@ client batches in this order; `_RULES` is the table from verdict to outcome:
   * same epoch, (first, last) equal to one of the cached batches -> DuplicateBatch with
     the original offsets; the batch is not written again.
   * same epoch, first == last_seq + 1 (after INT32_MAX comes 0) -> accepted.
-  * anything else (gap, overlap, a retry older than the 5 cached batches) ->
-    OUT_OF_ORDER_SEQUENCE_NUMBER.
+  * same epoch, the whole batch lies just before the oldest cached batch (its last
+    sequence is behind that batch's first by less than 2**30, modulo the wrap) -> a retry
+    of a batch already written whose offsets are no longer known:
+    DUPLICATE_SEQUENCE_NUMBER (Tidegate's choice, see below).
+  * anything else (gap, overlap) -> OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 Then, as Kafka: a non-transactional data batch while the producer has an open transaction
 is INVALID_TXN_STATE; a marker with an older epoch is INVALID_PRODUCER_EPOCH and one with
@@ -53,8 +56,13 @@ Choices where Kafka's behaviour differs by version or is loose:
   * A snapshot older than the log start offset is never loaded: batches between it and the
     log start are gone, so its sequences would be stale and reject valid writes.
   * After loading a snapshot only each producer's last batch is known (Kafka's format keeps
-    one), so a retry of an older in-flight batch gets OUT_OF_ORDER_SEQUENCE_NUMBER, as in
-    Kafka.
+    one), so after a clean restart the retry of an older in-flight batch is not cached.
+    Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER, which fails the batch (or, depending on
+    settings, the whole producer) in librdkafka and the Java client. Sequences of one
+    (producer, epoch) only grow and are accepted only in order, so a batch wholly behind
+    the cached ones was written already: Tidegate answers DUPLICATE_SEQUENCE_NUMBER,
+    which every client (Java, librdkafka, kafka-python, aiokafka) treats as "delivered,
+    offset unknown". A batch 2**30 or more sequences behind is taken to be ahead (a gap).
 
 Invariants: `map_end_offset` is the offset after the last batch applied; `update` refuses a
 batch below it (catches headers passed before offset assignment). Each entry keeps at most
@@ -89,6 +97,7 @@ __all__ = [
     "BatchMetadata",
     "CompletedTxn",
     "DuplicateBatch",
+    "DuplicateSequenceError",
     "InvalidProducerEpochError",
     "InvalidTxnStateError",
     "OutOfOrderSequenceError",
@@ -106,6 +115,12 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (KIP
 
 class OutOfOrderSequenceError(KafkaError):
     code = ErrorCode.out_of_order_sequence_number
+
+
+class DuplicateSequenceError(KafkaError):
+    """A retry of a batch written before the cached ones: delivered, offset unknown."""
+
+    code = ErrorCode.duplicate_sequence_number
 
 
 class InvalidProducerEpochError(KafkaError):
@@ -155,6 +170,7 @@ class Verdict(enum.Enum):
     FIRST_WRITE = "no state for this producer"
     UNCHECKED = "no sequence, or not from a client: epoch checked only"
     DUPLICATE = "a retry of one of the cached batches"
+    OLD_RETRY = "a retry of a batch older than the cached ones"
     OLD_EPOCH = "epoch older than the current one"
     NEW_EPOCH_NOT_AT_ZERO = "bumped epoch not starting at sequence 0"
     GAP = "sequence is not last + 1"
@@ -167,6 +183,7 @@ _RULES: dict[Verdict, type[KafkaError] | None] = {
     Verdict.FIRST_WRITE: None,
     Verdict.UNCHECKED: None,
     Verdict.DUPLICATE: None,  # accepted, but answered from the cache
+    Verdict.OLD_RETRY: DuplicateSequenceError,
     Verdict.OLD_EPOCH: InvalidProducerEpochError,
     Verdict.NEW_EPOCH_NOT_AT_ZERO: OutOfOrderSequenceError,
     Verdict.GAP: OutOfOrderSequenceError,
@@ -176,6 +193,17 @@ _RULES: dict[Verdict, type[KafkaError] | None] = {
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == (last_seq + 1) % SEQUENCE_MODULUS
+
+
+_BEHIND_LIMIT = 1 << 30  # half the sequence space: farther "behind" is read as ahead
+
+
+def _behind_cache(entry: ProducerStateEntry, header: BatchHeader) -> bool:
+    """The batch ends before the oldest cached batch starts (modulo the wrap)."""
+    if not entry.batches:
+        return False
+    back = (entry.batches[0].first_seq - header.last_sequence) % SEQUENCE_MODULUS
+    return 0 < back < _BEHIND_LIMIT
 
 
 def classify(
@@ -197,9 +225,13 @@ def classify(
         return Verdict.UNKNOWN_PRODUCER
     if epoch != entry.producer_epoch:
         return Verdict.NEW_EPOCH_AT_ZERO if seq == 0 else Verdict.NEW_EPOCH_NOT_AT_ZERO
+    # In sequence first (the common case): a cached batch ends at or before last_seq, so
+    # it can never start at last_seq + 1, and the order of the two checks does not matter.
+    if _in_sequence(entry.last_seq, seq):
+        return Verdict.IN_SEQUENCE
     if entry.find_duplicate(epoch, seq, header.last_sequence) is not None:
         return Verdict.DUPLICATE
-    return Verdict.IN_SEQUENCE if _in_sequence(entry.last_seq, seq) else Verdict.GAP
+    return Verdict.OLD_RETRY if _behind_cache(entry, header) else Verdict.GAP
 
 
 class ProducerStateManager:
@@ -455,20 +487,26 @@ class ProducerStateManager:
             self._ongoing[s.producer_id] = entry.current_txn_first_offset
 
     def take_snapshot(
-        self, directory: Path, offset: int | None = None, *, keep: int | None = 2
+        self,
+        directory: Path,
+        offset: int | None = None,
+        *,
+        keep: int | None = 2,
+        sync: bool = True,
     ) -> Path:
         """Write the state as of `map_end_offset` (an explicit `offset` must equal it),
-        then keep only the newest `keep` snapshots (None: keep all)."""
+        then keep only the newest `keep` snapshots (None: keep all). `sync=False` skips
+        every fsync: the caller must fsync the file and the directory later."""
         if offset is not None and offset != self._map_end_offset:
             raise ValueError(
                 f"snapshot at {offset} requested but the state is at {self._map_end_offset}"
             )
         path = snapshot_path(directory, self._map_end_offset)
         if self._last_snapshot_offset != self._map_end_offset or not path.exists():
-            write_snapshot(directory, self._map_end_offset, self.to_snapshot_entries())
+            write_snapshot(directory, self._map_end_offset, self.to_snapshot_entries(), sync=sync)
             self._last_snapshot_offset = self._map_end_offset
         if keep is not None:
-            keep_latest(directory, keep)
+            keep_latest(directory, keep, sync=sync)
         return path
 
     def load_latest_snapshot(

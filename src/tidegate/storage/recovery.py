@@ -16,6 +16,12 @@ segments; whatever recovery repaired is fsynced before the log is used.
 
 Invariant on return: segments are sorted, non-empty list, each ending on a batch boundary
 with offsets below the next segment's base offset.
+
+`load_producer_state` then rebuilds the idempotence state for the recovered segments
+(Kafka's loadProducerState): snapshots above the log end are deleted (they describe data
+a crash lost), the newest snapshot in [log start, log end] is loaded, and the batch
+headers after it are replayed (`replay_producer_state`; headers only, no CRC, no record
+decoding). Without a usable snapshot the whole log is replayed from the log start.
 """
 
 from __future__ import annotations
@@ -46,9 +52,18 @@ from tidegate.storage.files import (
     segment_path,
     write_partition_metadata,
 )
+from tidegate.storage.producer_snapshot import delete_snapshots_above
+from tidegate.storage.producer_state import ProducerStateManager
 from tidegate.storage.segment import LogSegment
 
-__all__ = ["LoadResult", "OpenedPartition", "load_segments", "open_partition_dir"]
+__all__ = [
+    "LoadResult",
+    "OpenedPartition",
+    "load_producer_state",
+    "load_segments",
+    "open_partition_dir",
+    "replay_producer_state",
+]
 
 log = logging.getLogger(__name__)
 
@@ -227,3 +242,41 @@ def _last_offset(path: Path) -> int | None:
             last = header.last_offset
             pos += header.size
     return last
+
+
+def load_producer_state(
+    psm: ProducerStateManager,
+    directory: Path,
+    segments: list[LogSegment],
+    log_start_offset: int,
+    now_ms: int,
+) -> int:
+    """Rebuild `psm` for freshly loaded `segments`; returns the number of batches
+    replayed (0 when a snapshot at the log end was found, e.g. after a clean shutdown)."""
+    log_end = segments[-1].next_offset
+    delete_snapshots_above(directory, log_end)
+    loaded = psm.load_latest_snapshot(directory, log_end, log_start_offset=log_start_offset)
+    start = log_start_offset if loaded is None else loaded
+    return replay_producer_state(psm, segments, start, now_ms)
+
+
+def replay_producer_state(
+    psm: ProducerStateManager, segments: list[LogSegment], start: int, now_ms: int
+) -> int:
+    """Apply every batch header from the one holding `start` to the end of `segments`
+    (batches `psm` already reflects are skipped by `replay`). The idle clock of replayed
+    producers starts at `now_ms`. Returns the number of batches read."""
+    count = 0
+    for seg in segments:
+        if seg.next_offset <= start:
+            continue
+        position = 0
+        if seg.base_offset < start:
+            found = seg.find_position(start)
+            if found is None:
+                continue
+            position = found[0]
+        for _pos, header in seg.iter_headers(position):
+            psm.replay(header, now_ms)
+            count += 1
+    return count

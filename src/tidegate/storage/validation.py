@@ -2,16 +2,28 @@
 
 `validate_producer_batches` runs before the log's lock is taken and before anything is
 copied: the whole request is rejected if any batch is bad (framing, magic, CRC, counts
-via `batch.validate_batch`; size against max.message.bytes; control batches; CreateTime
-timestamps against message.timestamp.before/after.max.ms). `assign_offsets` patches a
-private copy in place: offsets (not covered by the CRC), leader epoch, LogAppendTime
-(re-CRCs the batch).
+via `batch.validate_batch`; size against max.message.bytes; control batches; the shape
+of idempotent batches). `check_timestamps` (CreateTime timestamps against
+message.timestamp.before/after.max.ms) runs under the lock after the producer-state
+check, as in Kafka, so the retry of a batch already written is answered as a duplicate
+even if its timestamps have since gone out of range. `assign_offsets` patches a private
+copy in place: offsets (not covered by the CRC), leader epoch, LogAppendTime (re-CRCs
+the batch).
+
+Idempotent batches (producer id >= 0), as Kafka's LogValidator / ProduceRequest:
+  * a base sequence of -1 is INVALID_RECORD ("Invalid sequence number");
+  * such a batch must be the only one of the request for its partition: the duplicate
+    check and its answer (the original batch's offsets) are per batch. Kafka rejects
+    every v3+ Produce with more than one batch per partition; `single_batch=True`
+    (the Produce handler) applies that rule to all batches, the default only to
+    idempotent ones so internal callers may still append several plain batches at once.
 """
 
 from __future__ import annotations
 
 from tidegate.common.errors import InvalidRecordError, MessageTooLargeError
 from tidegate.records.batch import (
+    NO_SEQUENCE,
     BatchHeader,
     parse_header,
     set_base_offset,
@@ -22,15 +34,19 @@ from tidegate.records.batch import (
 from tidegate.storage.config import LONG_MAX, LogConfig
 from tidegate.storage.errors import InvalidTimestampError
 
-__all__ = ["assign_offsets", "validate_producer_batches"]
+__all__ = ["assign_offsets", "check_timestamps", "validate_producer_batches"]
 
 Buffer = bytes | bytearray | memoryview
 
 
-def validate_producer_batches(data: Buffer, config: LogConfig, now_ms: int) -> list[int]:
-    """Positions of the batches in `data`; raises the Kafka error for the first bad one."""
-    positions: list[int] = []
+def validate_producer_batches(
+    data: Buffer, config: LogConfig, *, single_batch: bool = False
+) -> list[tuple[int, BatchHeader]]:
+    """(position, header) of the batches in `data`; raises the Kafka error for the first
+    bad one."""
+    found: list[tuple[int, BatchHeader]] = []
     pos, end = 0, len(data)
+    idempotent = False
     while pos < end:
         header = validate_batch(data, pos)
         if header.size > config.max_message_bytes:
@@ -40,25 +56,43 @@ def validate_producer_batches(data: Buffer, config: LogConfig, now_ms: int) -> l
             )
         if header.is_control:
             raise InvalidRecordError("producers may not write control batches")
-        if not config.log_append_time:
-            _check_timestamps(header, now_ms, config)
-        positions.append(pos)
+        if header.producer_id >= 0:
+            idempotent = True
+            if header.base_sequence == NO_SEQUENCE:
+                raise InvalidRecordError(
+                    f"Invalid sequence number {header.base_sequence} in record batch with "
+                    f"producerId {header.producer_id}"
+                )
+        found.append((pos, header))
         pos += header.size
-    return positions
+    if len(found) > 1 and (single_batch or idempotent):
+        raise InvalidRecordError(
+            f"produce requests must contain exactly one record batch per partition, got "
+            f"{len(found)}"
+        )
+    return found
 
 
-def _check_timestamps(header: BatchHeader, now: int, config: LogConfig) -> None:
+def check_timestamps(headers: list[BatchHeader], now: int, config: LogConfig) -> None:
+    """CreateTime timestamps within message.timestamp.before/after.max.ms of `now`."""
     # Kafka checks every record; the header's first and max timestamps cover the usual
     # cases (producers set the base timestamp to the first record's) without decoding.
+    if config.log_append_time:
+        return
     before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
-    for ts in (header.base_timestamp, header.max_timestamp):
-        if ts < 0:
-            continue
-        if (after != LONG_MAX and ts - now > after) or (before != LONG_MAX and now - ts > before):
-            raise InvalidTimestampError(
-                f"Timestamp {ts} of a record batch is out of range: it must be within "
-                f"[{now - before}, {now + after}] (message.timestamp.before/after.max.ms)"
-            )
+    if before == LONG_MAX and after == LONG_MAX:
+        return
+    for header in headers:
+        for ts in (header.base_timestamp, header.max_timestamp):
+            if ts < 0:
+                continue
+            if (after != LONG_MAX and ts - now > after) or (
+                before != LONG_MAX and now - ts > before
+            ):
+                raise InvalidTimestampError(
+                    f"Timestamp {ts} of a record batch is out of range: it must be within "
+                    f"[{now - before}, {now + after}] (message.timestamp.before/after.max.ms)"
+                )
 
 
 def assign_offsets(

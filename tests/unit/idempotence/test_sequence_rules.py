@@ -11,6 +11,7 @@ from tidegate.storage.producer_snapshot import list_snapshots
 from tidegate.storage.producer_state import (
     CompletedTxn,
     DuplicateBatch,
+    DuplicateSequenceError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
@@ -63,8 +64,31 @@ def test_duplicate_of_any_of_the_last_five_returns_original_offsets() -> None:
         assert isinstance(dup, DuplicateBatch)
         assert (dup.first_offset, dup.last_offset) == sent[seq]
     assert b.psm.map_end_offset == 7  # nothing written again
-    with pytest.raises(OutOfOrderSequenceError):  # older than the cached five
+    # Older than the cached five: written already, offsets unknown (Kafka: out of order).
+    with pytest.raises(DuplicateSequenceError) as exc:
         b.send(header(1, 0, 1, 1))
+    assert exc.value.code.value == 46
+    assert b.psm.map_end_offset == 7
+
+
+def test_only_batches_just_behind_the_cache_count_as_old_retries() -> None:
+    b = Broker()
+    b.send(header(1, 0, INT32_MAX - 2, 3))  # INT32_MAX-2 .. INT32_MAX
+    b.send(header(1, 0, 0, 4))  # wraps: 0 .. 3
+    for seq in range(4, 4 + 10 * 4, 4):
+        b.send(header(1, 0, seq, 4))
+    entry = b.psm.last_entry(1)
+    assert entry is not None and entry.batches[0].first_seq == 24
+    with pytest.raises(DuplicateSequenceError):  # behind, across the wrap
+        b.send(header(1, 0, INT32_MAX - 2, 3))
+    with pytest.raises(DuplicateSequenceError):
+        b.send(header(1, 0, 20, 4))
+    with pytest.raises(OutOfOrderSequenceError):  # a gap ahead stays out of order
+        b.send(header(1, 0, 50, 1))
+    with pytest.raises(OutOfOrderSequenceError):  # overlapping the cache
+        b.send(header(1, 0, 22, 4))
+    with pytest.raises(OutOfOrderSequenceError):  # "behind" by more than 2**30: ahead
+        b.send(header(1, 0, 24 + (1 << 30), 1))
 
 
 def test_gap_and_overlap_are_out_of_order() -> None:

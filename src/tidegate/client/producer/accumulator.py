@@ -118,14 +118,15 @@ class RecordAccumulator(Generic[T]):
         if record_size is None:
             record_size = record_size_upper_bound(key, value, headers)
         created = False
-        batch = queue[-1] if queue else None
         # batch.size is the builder's estimated size while the batch is open.
-        if batch is None or batch.payload is not None or \
-                batch.size + record_size > self.batch_size:
-            batch = ProducerBatch(tp, BatchBuilder(compression=self.compression), now_ms)
-            batch.size = HEADER_SIZE
-            self.used_memory += HEADER_SIZE
-            queue.append(batch)
+        batch: ProducerBatch[T]
+        if queue:
+            batch = queue[-1]
+            if batch.payload is not None or batch.size + record_size > self.batch_size:
+                batch = self._new_batch(tp, queue, now_ms)
+                created = True
+        else:
+            batch = self._new_batch(tp, queue, now_ms)
             created = True
         builder = batch.builder
         builder.append(timestamp, key, value, headers)
@@ -135,6 +136,15 @@ class RecordAccumulator(Generic[T]):
         batch.timestamps.append(timestamp)
         batch.tokens.append(token)
         return batch, created, size >= self.batch_size
+
+    def _new_batch(self, tp: TopicPartition, queue: deque[ProducerBatch[T]],
+                   now_ms: int) -> ProducerBatch[T]:
+        batch: ProducerBatch[T] = ProducerBatch(
+            tp, BatchBuilder(compression=self.compression), now_ms)
+        batch.size = HEADER_SIZE
+        self.used_memory += HEADER_SIZE
+        queue.append(batch)
+        return batch
 
     def is_full(self, batch: ProducerBatch[T]) -> bool:
         return batch.builder.estimated_size() >= self.batch_size

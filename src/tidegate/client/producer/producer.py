@@ -43,6 +43,15 @@ Header = tuple[str, bytes | None]
 DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
 Prepared = tuple[bytes | None, bytes | None, tuple[Header, ...], int]
 
+# A batch holding one record without key, value or headers, at most (see
+# `record_size_upper_bound`).
+_EMPTY_RECORD_SIZE = record_size_upper_bound(None, None) + HEADER_SIZE
+_KEY_CACHE_SIZE = 10_000
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
 
 def _to_bytes(what: str, value: object) -> bytes | None:
     if value is None or isinstance(value, bytes):
@@ -74,6 +83,17 @@ class AsyncProducer:
             compression=codec_from_name(cfg.compression_type),
             retry_backoff_ms=cfg.retry_backoff_ms)
         self._partitioner = StickyPartitioner()
+        # The sticky partition per topic, while its batch fills (see try_append).
+        self._sticky: dict[str, int] = {}
+        self._ignore_keys = cfg.partitioner_ignore_keys
+        self._key_partitions: dict[bytes, int] = {}
+        self._key_partitions_n = 0
+        self._key_serializer = cfg.key_serializer
+        self._value_serializer = cfg.value_serializer
+        # A record needs a batch of its own, so it must fit in both of these.
+        self._max_record_size = min(cfg.max_request_size, cfg.buffer_memory)
+        # The loop the producer runs on, set by its first use; its futures belong there.
+        self._loop: asyncio.AbstractEventLoop | None = None
         # TopicPartition objects per topic, reused for every record; rebuilt after
         # each metadata update (the partition count may have changed).
         self._tps: dict[str, list[TopicPartition]] = {}
@@ -95,6 +115,7 @@ class AsyncProducer:
 
     def _ensure_started(self) -> Sender:
         if self._sender is None:
+            self._loop = asyncio.get_running_loop()
             self._batch_done = asyncio.Event()
             self._sender = Sender(self.config, self._acc, self._net, self._metadata,
                                   self._on_batch_done)
@@ -168,34 +189,41 @@ class AsyncProducer:
         MessageTooLargeError if the record cannot fit in a request or the buffer."""
         if self._closed:
             raise ClientClosedError(f"cannot send to {topic!r}: the producer is closed")
-        cfg = self.config
-        k = cfg.key_serializer(key) if cfg.key_serializer else _to_bytes("key", key)
-        v = cfg.value_serializer(value) if cfg.value_serializer else _to_bytes("value", value)
+        # `type(x) is bytes` first: the common case costs no function call.
+        ks, vs = self._key_serializer, self._value_serializer
+        if ks is not None:
+            k = ks(key)
+        else:
+            k = key if key is None or type(key) is bytes else _to_bytes("key", key)
+        if vs is not None:
+            v = vs(value)
+        else:
+            v = value if value is None or type(value) is bytes else _to_bytes("value", value)
         hs: tuple[Header, ...] = ()
         if headers:
             hs = tuple((name, hv.encode() if isinstance(hv, str) else hv)
                        for name, hv in headers)
-        size = record_size_upper_bound(k, v, hs) + HEADER_SIZE
-        if size > cfg.max_request_size:
+            size = record_size_upper_bound(k, v, hs) + HEADER_SIZE
+        else:
+            size = _EMPTY_RECORD_SIZE + (len(k) if k else 0) + (len(v) if v else 0)
+        if size > self._max_record_size:
+            cfg = self.config
+            limit = ("max.request.size", cfg.max_request_size) \
+                if size > cfg.max_request_size else ("buffer.memory", cfg.buffer_memory)
             raise MessageTooLargeError(
                 f"the record is {size} bytes when serialized, which is larger than "
-                f"max.request.size={cfg.max_request_size}")
-        if size > cfg.buffer_memory:
-            raise MessageTooLargeError(
-                f"the record is {size} bytes when serialized, which is larger than "
-                f"buffer.memory={cfg.buffer_memory}")
+                f"{limit[0]}={limit[1]}")
         return k, v, hs, size
 
     def try_append(self, topic: str, partition: int | None, prepared: Prepared,
                    timestamp_ms: int | None, token: Completion) -> bool:
         """Append without waiting if metadata and buffer space allow; else False."""
-        cache = self._metadata.cache
-        if cache.version != self._tps_version:
+        if self._metadata.cache.version != self._tps_version:
             self._tps.clear()
-            self._tps_version = cache.version
+            self._tps_version = self._metadata.cache.version
         tps = self._tps.get(topic)
         if tps is None:
-            info = cache.topic(topic)
+            info = self._metadata.cache.topic(topic)
             if info is None or topic not in self._metadata.tracked:
                 return False
             tps = self._tps[topic] = [TopicPartition(topic, p) for p in sorted(info.partitions)]
@@ -203,29 +231,46 @@ class AsyncProducer:
         n = len(tps)
         sticky = False
         if partition is None:
-            if key is not None and not self.config.partitioner_ignore_keys:
-                partition = partition_for_key(key, n)
-            else:
-                partition = self._partitioner.partition(topic, n)
+            if key is None or self._ignore_keys:
+                partition = self._sticky.get(topic)
+                if partition is None or partition >= n:
+                    partition = self._partitioner.partition(topic, n)
+                    self._sticky[topic] = partition
                 sticky = True
+            else:
+                partition = self._partition_for_key(key, n)
         elif not 0 <= partition < n:
             return False
         acc = self._acc
-        if not acc.has_room(size):
+        if acc.used_memory + size > acc.buffer_memory and acc.used_memory:
             return False
-        sender = self._sender or self._ensure_started()
-        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        batch, created, full = acc.append(tps[partition], ts, key, value, headers, token,
-                                          time.monotonic_ns() // 1_000_000,
-                                          size - HEADER_SIZE)
-        if created:
-            self._incomplete.add(batch)
+        batch, created, full = acc.append(
+            tps[partition], time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms,
+            key, value, headers, token, _now_ms(), size - HEADER_SIZE)
         if created or full:
-            sender.wakeup()
-            self._should_yield = full
-        if sticky and full:
-            self._partitioner.on_new_batch(topic, n, partition)
+            if created:
+                self._incomplete.add(batch)
+            (self._sender or self._ensure_started()).wakeup()
+            if full:
+                self._should_yield = True
+                if sticky:
+                    self._partitioner.on_new_batch(topic, n, partition)
+                    self._sticky.pop(topic, None)
         return True
+
+    def _partition_for_key(self, key: bytes, n: int) -> int:
+        """`partition_for_key`, remembering recent keys: murmur2 in Python costs more
+        than the rest of a send, and applications reuse keys."""
+        cache = self._key_partitions
+        if n != self._key_partitions_n:
+            cache.clear()
+            self._key_partitions_n = n
+        p = cache.get(key)
+        if p is None:
+            if len(cache) >= _KEY_CACHE_SIZE:
+                cache.clear()
+            p = cache[key] = partition_for_key(key, n)
+        return p
 
     async def append(self, topic: str, partition: int | None, prepared: Prepared,
                      timestamp_ms: int | None, token: Completion) -> None:
@@ -269,7 +314,10 @@ class AsyncProducer:
                    ) -> asyncio.Future[RecordMetadata]:
         """Queue a record; return a future of its RecordMetadata (see module docstring)."""
         prepared = self.prepare(topic, value, key, headers)
-        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RecordMetadata] = loop.create_future()
         if on_delivery is not None:
             fut.add_done_callback(_callback(on_delivery))
         if not self.try_append(topic, partition, prepared, timestamp_ms, fut):

@@ -269,13 +269,11 @@ class Sender:
         offset = base_offset if base_offset >= 0 else -1
         step = 1 if base_offset >= 0 else 0
         for ts, token in zip(batch.timestamps, batch.tokens):
-            if not token.done():
-                meta = new(RecordMetadata, (topic, partition, offset,
-                                            ts if log_append_ms < 0 else log_append_ms))
-                try:
-                    token.set_result(meta)
-                except Exception:  # e.g. InvalidStateError: cancelled by the user
-                    pass
+            try:
+                token.set_result(new(RecordMetadata, (
+                    topic, partition, offset, ts if log_append_ms < 0 else log_append_ms)))
+            except Exception:  # InvalidStateError: cancelled by the user
+                pass
             offset += step
         self._finish(batch)
 

@@ -5,6 +5,16 @@ acks=0 sends no response; acks=1 answers once the data is in the log; acks=all
 topic's flush policy is relaxed. Any other acks value is INVALID_REQUIRED_ACKS for
 every partition, as in the Java broker. Errors are per partition: one bad batch
 never fails the other partitions of the request.
+
+Each partition's records must be exactly one batch (Kafka's rule for Produce v3+, the
+only versions served): more is INVALID_RECORD. Idempotent producers: the log's
+producer-state checks raise typed errors that become the partition's error code
+(OUT_OF_ORDER_SEQUENCE_NUMBER 45, DUPLICATE_SEQUENCE_NUMBER 46 for a retry older than
+the cached batches, INVALID_PRODUCER_EPOCH 47; a batch with a producer id but no
+sequence is INVALID_RECORD; UNKNOWN_PRODUCER_ID 59 is not sent, since like Kafka >= 2.5
+the log accepts an unknown producer at any sequence). A retry of a cached batch is not
+written again and is answered NONE with the original base offset, as Kafka does; under
+acks=all it is answered only once that original data is durable, like the first send.
 """
 
 from __future__ import annotations
@@ -75,10 +85,13 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 )
                 continue
             try:
-                info = lg.append(records)
+                info = lg.append(records, single_batch=True)
             except KafkaError as e:
                 code, msg = error_fields(e)
-                log.warning(
+                log.log(
+                    logging.INFO
+                    if code == ErrorCode.duplicate_sequence_number
+                    else logging.WARNING,
                     "rejected produce to %s-%d from %s (%s): %s",
                     name,
                     index,
@@ -94,7 +107,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     (key, _partition_result(index, ErrorCode.kafka_storage_error, str(e)))
                 )
                 continue
-            broker.after_append(name, index, lg)  # type: ignore[arg-type]
+            if not info.duplicate:  # a duplicate wrote nothing
+                broker.after_append(name, index, lg)  # type: ignore[arg-type]
             result = _partition_result(
                 index,
                 ErrorCode.none,

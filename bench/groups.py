@@ -1,0 +1,197 @@
+"""Group coordinator benchmarks: rebalance time and `__consumer_offsets` reload time.
+
+1. Join: N confluent-kafka (librdkafka) consumers subscribe to one group over a topic
+   of P partitions on a broker subprocess (`group.initial.rebalance.delay.ms=0`, so the
+   figure is the protocol's own time); measured from the first subscribe until the
+   group is Stable with N members whose assignments cover every partition and every
+   consumer has its partitions. The assignment is computed by the client leader, as
+   in Kafka's classic protocol: `range` (eager) and `cooperative-sticky` (incremental,
+   several rebalances).
+2. Reload: M committed offsets (1000 groups x M/1000 partitions) are written into a
+   fresh data directory through the coordinator runtime itself, then (a) the
+   coordinator's replay of all `__consumer_offsets` partitions is timed in-process,
+   and (b) a broker subprocess is started on that directory and timed until it
+   listens (the broker replays the coordinator before it listens) and until an
+   OffsetFetch answers.
+
+    .venv/bin/python bench/groups.py [--consumers 10] [--partitions 900] [--offsets 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.integration.conftest import BrokerProcess
+
+
+def bench_join(bootstrap: str, assignor: str, consumers: int, partitions: int) -> float:
+    from confluent_kafka import Consumer, ConsumerGroupState
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic, group = f"bench-{assignor}", f"bench-{assignor}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+    owned: list[set[int]] = [set() for _ in range(consumers)]
+
+    cooperative = assignor == "cooperative-sticky"
+
+    def listeners(i: int) -> dict[str, object]:
+        def on_assign(c: Any, parts: list[Any]) -> None:
+            owned[i].update(tp.partition for tp in parts)
+            if cooperative:
+                c.incremental_assign(parts)
+
+        def on_revoke(c: Any, parts: list[Any]) -> None:
+            owned[i].difference_update(tp.partition for tp in parts)
+            if cooperative:
+                c.incremental_unassign(parts)
+
+        return {"on_assign": on_assign, "on_revoke": on_revoke}
+
+    cs = [Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                    "partition.assignment.strategy": assignor,
+                    "session.timeout.ms": 10000, "heartbeat.interval.ms": 500,
+                    "enable.auto.commit": False}) for _ in range(consumers)]
+    start = time.perf_counter()
+    for i, c in enumerate(cs):
+        c.subscribe([topic], **listeners(i))
+    deadline = start + 120
+    done = None
+    while time.perf_counter() < deadline:
+        for c in cs:
+            c.poll(0.01)
+        if sum(len(o) for o in owned) == partitions and all(owned) and \
+                len(set().union(*owned)) == partitions:
+            d = admin.describe_consumer_groups([group])[group].result(10)
+            parts = [tp.partition for m in d.members for tp in m.assignment.topic_partitions]
+            if d.state == ConsumerGroupState.STABLE and len(d.members) == consumers and \
+                    sorted(parts) == list(range(partitions)):
+                done = time.perf_counter() - start
+                break
+    for c in cs:
+        c.close()
+    if done is None:
+        raise RuntimeError(f"{assignor}: the group did not become Stable within 120 s")
+    return done
+
+
+def write_offsets(data_dir: Path, total: int) -> tuple[float, int]:
+    """Commit `total` offsets through the runtime into `data_dir`; (seconds, bytes)."""
+    from tidegate.common.config import BrokerConfig
+    from tidegate.coordinator.group import offsets
+    from tidegate.coordinator.group.messages import CommitPartition, OffsetCommitRequest
+    from tidegate.server.broker import Broker
+    from tidegate.server.group_coordinator import OFFSETS_TOPIC
+
+    broker = Broker(BrokerConfig({"log.dirs": str(data_dir)}))
+    broker.load()
+    runtime = broker.group_coordinator.runtime
+    broker.create_topic(OFFSETS_TOPIC, runtime.num_partitions,
+                        {"cleanup.policy": "compact", "segment.bytes": "104857600"})
+    for p in range(runtime.num_partitions):
+        lg = broker.get_log(OFFSETS_TOPIC, p)
+        assert lg is not None
+        shard, _ = runtime.load(p, lg)
+        runtime.publish(p, lg, shard)
+    per_group = 1000
+    start = time.perf_counter()
+    for g in range(total // per_group):
+        gid = f"bench-group-{g}"
+        req = OffsetCommitRequest(gid, -1, "", None, -1, tuple(
+            CommitPartition(f"topic-{i // 100}", i % 100, 1000 + i, -1, "")
+            for i in range(per_group)))
+        runtime.execute(runtime.partition_for(gid),
+                        lambda s, now, req=req: offsets.commit(s, req, now))
+    elapsed = time.perf_counter() - start
+    size = sum(lg.size_bytes for t, _, lg in broker.logs.logs() if t == OFFSETS_TOPIC)
+    broker.close()
+    return elapsed, size
+
+
+def time_coordinator_load(data_dir: Path) -> tuple[float, int]:
+    from tidegate.common.config import BrokerConfig
+    from tidegate.server.broker import Broker
+    from tidegate.server.group_coordinator import OFFSETS_TOPIC
+
+    broker = Broker(BrokerConfig({"log.dirs": str(data_dir)}))
+    broker.load()
+    runtime = broker.group_coordinator.runtime
+    start = time.perf_counter()
+    records = 0
+    for p in range(runtime.num_partitions):
+        lg = broker.get_log(OFFSETS_TOPIC, p)
+        assert lg is not None
+        _shard, stats = runtime.load(p, lg)
+        records += stats.records
+    elapsed = time.perf_counter() - start
+    broker.close()
+    return elapsed, records
+
+
+def time_broker_start(data_dir: Path) -> tuple[float, float]:
+    """(seconds until the broker listens, seconds until an OffsetFetch answers)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    b = BrokerProcess(data_dir)
+    start = time.perf_counter()
+    b.start(timeout=120)
+    listening = time.perf_counter() - start
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    res = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions("bench-group-7")])["bench-group-7"].result(60)
+    answered = time.perf_counter() - start
+    assert len(res.topic_partitions) == 1000, len(res.topic_partitions)
+    b.stop()
+    return listening, answered
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--consumers", type=int, default=10)
+    ap.add_argument("--partitions", type=int, default=900)
+    ap.add_argument("--offsets", type=int, default=1_000_000)
+    ap.add_argument("--skip-join", action="store_true")
+    ap.add_argument("--skip-reload", action="store_true")
+    args = ap.parse_args()
+    print(f"# {platform.python_implementation()} {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    tmp = Path(tempfile.mkdtemp(prefix="tidegate-bench-groups-"))
+    try:
+        if not args.skip_join:
+            b = BrokerProcess(tmp / "join", overrides={"group.initial.rebalance.delay.ms": "0"})
+            b.start()
+            try:
+                for assignor in ("range", "cooperative-sticky"):
+                    took = bench_join(b.bootstrap, assignor, args.consumers, args.partitions)
+                    print(f"join  {args.consumers} consumers, {args.partitions} partitions, "
+                          f"{assignor:<18}: Stable with assignments in {took:6.2f} s")
+            finally:
+                b.stop()
+        if not args.skip_reload:
+            data = tmp / "reload"
+            wrote, size = write_offsets(data, args.offsets)
+            print(f"write {args.offsets:,} offsets through the runtime: {wrote:6.2f} s "
+                  f"({size / 1e6:.0f} MB in __consumer_offsets)")
+            loaded, records = time_coordinator_load(data)
+            print(f"load  {records:,} records, coordinator replay only: {loaded:6.2f} s "
+                  f"({records / loaded:,.0f} records/s)")
+            listening, answered = time_broker_start(data)
+            print(f"start broker on that directory: listening after {listening:6.2f} s, "
+                  f"first OffsetFetch answered after {answered:6.2f} s")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

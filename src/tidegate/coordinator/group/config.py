@@ -1,0 +1,49 @@
+"""Group coordinator settings, with Kafka's broker config names and defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["NEW_MEMBER_JOIN_TIMEOUT_MS", "GroupConfig"]
+
+# Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a member that joined during the
+# rebalance in progress and disappears is dropped after this long rather than holding
+# the rebalance up until the rebalance timeout.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    max_size: int = 2147483647  # group.max.size
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    offsets_retention_ms: int = 10080 * 60000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
+
+    @classmethod
+    def from_broker(cls, get_int: Callable[[str, int], int | None]) -> GroupConfig:
+        """Build from a broker config accessor (`BrokerConfig.get_int`)."""
+        d = cls()
+
+        def val(key: str, default: int) -> int:
+            v = get_int(key, default)
+            return default if v is None else v
+
+        return cls(
+            min_session_timeout_ms=val("group.min.session.timeout.ms", d.min_session_timeout_ms),
+            max_session_timeout_ms=val("group.max.session.timeout.ms", d.max_session_timeout_ms),
+            initial_rebalance_delay_ms=val(
+                "group.initial.rebalance.delay.ms", d.initial_rebalance_delay_ms
+            ),
+            max_size=val("group.max.size", d.max_size),
+            offset_metadata_max_bytes=val(
+                "offset.metadata.max.bytes", d.offset_metadata_max_bytes
+            ),
+            offsets_retention_ms=val("offsets.retention.minutes", 10080) * 60000,
+            offsets_retention_check_interval_ms=val(
+                "offsets.retention.check.interval.ms", d.offsets_retention_check_interval_ms
+            ),
+        )

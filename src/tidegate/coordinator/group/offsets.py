@@ -1,0 +1,203 @@
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, expiry, deleted topics.
+
+A commit is one OffsetCommitValue record per partition (v3, or v1 when the request
+carries a retention); a deletion is a tombstone. Expiry (Kafka 2.1+, KIP-211), run every
+`offsets.retention.check.interval.ms`:
+
+- a group with a protocol type that is Empty: offsets older than
+  `offsets.retention.minutes` counted from when the group became Empty;
+- a Stable consumer group: offsets of topics it no longer subscribes to, counted from
+  their commit;
+- a group used only to store offsets (simple consumers, no protocol type): counted from
+  the commit;
+- an offset committed with an explicit retention expires at its own expire timestamp.
+
+An Empty group left without offsets is removed (its metadata gets a tombstone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from tidegate.common.errors import ErrorCode
+from tidegate.coordinator.group.messages import (
+    FetchedOffset,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from tidegate.coordinator.group.model import CONSUMER_PROTOCOL_TYPE, Group, TopicPartition
+from tidegate.coordinator.group.shard import GroupShard
+from tidegate.coordinator.group.states import GroupState
+from tidegate.coordinator.runtime import Record, Result
+from tidegate.protocol.coordinator_records import (
+    OffsetCommitValue,
+    encode_group_metadata_key,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+)
+
+__all__ = [
+    "commit",
+    "delete_offsets",
+    "expire",
+    "fetch",
+    "remove_topics",
+]
+
+CommitErrors = list[tuple[TopicPartition, ErrorCode]]
+
+
+def commit(shard: GroupShard, req: OffsetCommitRequest, now: int) -> Result[CommitErrors]:
+    parts = [(p.topic, p.partition) for p in req.partitions]
+
+    def all_(code: ErrorCode) -> Result[CommitErrors]:
+        return Result([(tp, code) for tp in parts])
+
+    group = shard.groups.get(req.group_id)
+    if group is None:
+        if req.generation_id >= 0:
+            return all_(ErrorCode.illegal_generation)  # stale member or a lost group
+    elif group.static_member_fenced(req.group_instance_id, req.member_id):
+        return all_(ErrorCode.fenced_instance_id)
+    elif not (req.generation_id < 0 and group.state is GroupState.EMPTY):
+        member = group.members.get(req.member_id)
+        if member is None:
+            return all_(ErrorCode.unknown_member_id)
+        if req.generation_id != group.generation:
+            return all_(ErrorCode.illegal_generation)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return all_(ErrorCode.rebalance_in_progress)
+        # Stable or PreparingRebalance: a commit also counts as a heartbeat.
+        shard.schedule_member(group, member.member_id, now + member.session_timeout_ms)
+    errors: CommitErrors = []
+    out: Result[CommitErrors] = Result(errors)
+    limit = shard.config.offset_metadata_max_bytes
+    expire = now + req.retention_ms if req.retention_ms >= 0 else -1
+    for p in req.partitions:
+        metadata = p.metadata or ""
+        if len(metadata.encode("utf-8")) > limit:
+            errors.append(((p.topic, p.partition), ErrorCode.offset_metadata_too_large))
+            continue
+        value = OffsetCommitValue(p.offset, metadata, now, p.leader_epoch, expire)
+        out.records.append((
+            encode_offset_commit_key(req.group_id, p.topic, p.partition),
+            encode_offset_commit_value(value),
+        ))
+        errors.append(((p.topic, p.partition), ErrorCode.none))
+    return out
+
+
+def fetch(shard: GroupShard, req: OffsetFetchRequest, now: int) -> Result[OffsetFetchResponse]:
+    """Committed offsets (-1 and empty metadata for partitions without one). Nothing is
+    pending on a transaction yet (TxnOffsetCommit is not implemented), so every offset
+    is stable and `require_stable` never yields UNSTABLE_OFFSET_COMMIT."""
+    group = shard.groups.get(req.group_id)
+    offsets = group.offsets if group is not None else {}
+    wanted = sorted(offsets) if req.partitions is None else list(req.partitions)
+    result = []
+    for tp in wanted:
+        o = offsets.get(tp)
+        if o is None:
+            result.append(FetchedOffset(tp[0], tp[1]))
+        else:
+            result.append(FetchedOffset(tp[0], tp[1], o.offset, o.leader_epoch, o.metadata))
+    return Result(OffsetFetchResponse(ErrorCode.none, tuple(result)))
+
+
+def delete_offsets(
+    shard: GroupShard, group_id: str, partitions: Iterable[TopicPartition], now: int
+) -> Result[tuple[ErrorCode, CommitErrors]]:
+    """OffsetDelete: allowed for an Empty group, and for a consumer group's topics it
+    does not subscribe to (GROUP_SUBSCRIBED_TO_TOPIC otherwise)."""
+    wanted = list(partitions)
+    if not group_id:
+        return Result((ErrorCode.invalid_group_id, []))
+    group = shard.groups.get(group_id)
+    if group is None:
+        return Result((ErrorCode.group_id_not_found, []))
+    subscribed: frozenset[str] | None = frozenset()
+    if group.state is not GroupState.EMPTY:
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return Result((ErrorCode.non_empty_group, []))
+        subscribed = group.subscribed_topics()
+    errors: CommitErrors = []
+    out: Result[tuple[ErrorCode, CommitErrors]] = Result((ErrorCode.none, errors))
+    for tp in wanted:
+        if subscribed is None or tp[0] in subscribed:
+            errors.append((tp, ErrorCode.group_subscribed_to_topic))
+            continue
+        errors.append((tp, ErrorCode.none))
+        if tp in group.offsets:
+            out.records.append((encode_offset_commit_key(group_id, *tp), None))
+    return out
+
+
+def _expired(group: Group, now: int, retention_ms: int) -> list[TopicPartition]:
+    ignore: frozenset[str] = frozenset()
+    if group.protocol_type is not None and group.state is GroupState.EMPTY:
+        empty_since = group.state_timestamp
+
+        def base(commit_ts: int) -> int:
+            return empty_since if empty_since is not None else commit_ts
+    elif (
+        group.protocol_type == CONSUMER_PROTOCOL_TYPE
+        and group.state is GroupState.STABLE
+        and group.subscribed_topics() is not None
+    ):
+        ignore = group.subscribed_topics() or frozenset()
+
+        def base(commit_ts: int) -> int:
+            return commit_ts
+    elif group.protocol_type is None and group.state is GroupState.EMPTY:
+
+        def base(commit_ts: int) -> int:
+            return commit_ts
+    else:
+        return []
+    expired = []
+    for tp, o in group.offsets.items():
+        if tp[0] in ignore:
+            continue
+        if o.expire_timestamp >= 0:
+            if now >= o.expire_timestamp:
+                expired.append(tp)
+        elif now - base(o.commit_timestamp) >= retention_ms:
+            expired.append(tp)
+    return expired
+
+
+def _cleanup(
+    shard: GroupShard, now: int, select: Callable[[Group], list[TopicPartition]]
+) -> Result[int]:
+    """Tombstone the offsets `select` picks in every group; remove Empty groups left
+    without offsets. The response is the number of offsets removed."""
+    records: list[Record] = []
+    removed = 0
+    for group in list(shard.groups.values()):
+        doomed = select(group)
+        for tp in doomed:
+            records.append((encode_offset_commit_key(group.group_id, *tp), None))
+        removed += len(doomed)
+        left = len(group.offsets) - len(doomed)
+        if (
+            group.state is GroupState.EMPTY
+            and left == 0
+            and not group.members
+            and not group.pending
+        ):
+            if group.stored is not None:
+                records.append((encode_group_metadata_key(group.group_id), None))
+            elif not doomed:
+                shard.drop_if_removable(group)
+    return Result(removed, records)
+
+
+def expire(shard: GroupShard, now: int) -> Result[int]:
+    retention = shard.config.offsets_retention_ms
+    return _cleanup(shard, now, lambda g: _expired(g, now, retention))
+
+
+def remove_topics(shard: GroupShard, topics: frozenset[str], now: int) -> Result[int]:
+    """Deleting a topic deletes every group's committed offsets for it."""
+    return _cleanup(shard, now, lambda g: [tp for tp in g.offsets if tp[0] in topics])

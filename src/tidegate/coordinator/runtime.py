@@ -1,0 +1,340 @@
+"""The coordinator runtime: state machines over the partitions of an internal topic.
+
+Generic over the state machine (the *shard*): the group coordinator uses it with
+`__consumer_offsets`, the transaction coordinator will with `__transaction_state`.
+Sans-IO apart from the partition `Log` (synchronous file I/O); the asyncio shell in
+`server/coordinator.py` adds durability waits, deferred responses and the timer tick.
+
+How one operation runs (`execute`), atomically with respect to every other operation
+on the same partition:
+
+1. the operation, `op(shard, now_ms) -> Result`, reads the shard and returns the
+   records to append, its response (or `PARKED`: answered later), and `replies` to
+   earlier parked requests (by the integer token the shell gave them). It must not
+   change durable state itself;
+2. the records are appended to the partition's log as one RecordBatch (Kafka's key
+   and value layouts, no producer id);
+3. the appended records are replayed — `shard.replay(records, ...)`, the only mutator
+   of durable state;
+4. the shell waits until the log is durable up to `Outcome.end_offset` and only then
+   sends the response and the replies. Operations without records wait for the log
+   end at their time too, so nobody reads state that is not yet durable.
+
+Loading a partition (`load`) replays its whole log into a fresh shard: the state a
+coordinator starts from is, by construction, the state its records describe.
+If an append fails the partition is marked failed: the shell reloads it from its log,
+so memory and log can never disagree.
+
+Which partition owns a key: `partition_for(key, n)` = `Utils.abs(key.hashCode()) % n`,
+with Java's `String.hashCode` over UTF-16 code units, as Kafka computes it, so a group
+lands on the same partition here as on a Kafka cluster with the same partition count.
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Generic, NamedTuple, Protocol, TypeVar
+
+from tidegate.common.clock import Clock
+from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.records.builder import BatchBuilder
+from tidegate.records.control import ControlType, parse_control_record
+from tidegate.records.record import iter_batches
+from tidegate.storage.log import Log
+
+__all__ = [
+    "PARKED",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
+    "CoordinatorRuntime",
+    "LoadStats",
+    "LoggedRecord",
+    "NotCoordinatorError",
+    "Outcome",
+    "PartitionState",
+    "Record",
+    "ReplayRecord",
+    "Result",
+    "Shard",
+    "java_string_hash",
+    "partition_for",
+]
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+Record = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
+
+
+class _Parked(enum.Enum):
+    PARKED = "parked"
+
+
+PARKED = _Parked.PARKED
+"""The response of an operation that answers later, through a `Result.replies` entry."""
+
+
+@dataclass
+class Result(Generic[R]):
+    response: R | _Parked
+    records: list[Record] = field(default_factory=list)
+    replies: list[tuple[int, object]] = field(default_factory=list)
+
+
+class ReplayRecord(Protocol):
+    """What replay reads of a record (`records.record.Record` and `LoggedRecord` fit)."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class LoggedRecord(NamedTuple):
+    """A record just appended by an operation."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Shard(Protocol):
+    """The state machine of one coordinator partition."""
+
+    def replay(self, records: Sequence[ReplayRecord], producer_id: int, producer_epoch: int,
+               transactional: bool) -> None:
+        """Apply one batch's records in offset order: the only way durable state
+        changes. (Batch-wise because loading replays millions of records.)"""
+
+    def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """Apply a transaction marker (COMMIT/ABORT) found in the partition."""
+
+    def set_time(self, now_ms: int) -> None:
+        """The time of the operation or load under way (for replay's deadlines)."""
+
+    def on_loaded(self, now_ms: int) -> None:
+        """The log has been replayed; start the timers loaded state needs."""
+
+    def poll(self, now_ms: int) -> Result[None]:
+        """Handle every deadline that is due."""
+
+    def next_deadline(self) -> int | None:
+        """The earliest pending deadline (wall-clock ms), if any."""
+
+
+S = TypeVar("S", bound=Shard)
+
+
+class NotCoordinatorError(KafkaError):
+    code = ErrorCode.not_coordinator
+
+
+class CoordinatorLoadInProgressError(KafkaError):
+    code = ErrorCode.coordinator_load_in_progress
+
+
+class CoordinatorNotAvailableError(KafkaError):
+    code = ErrorCode.coordinator_not_available
+
+
+class PartitionState(enum.Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+    FAILED = "failed"
+
+
+@dataclass
+class _Partition(Generic[S]):
+    index: int
+    log: Log
+    shard: S | None = None
+    state: PartitionState = PartitionState.LOADING
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[R]):
+    result: Result[R]
+    log: Log
+    end_offset: int  # the response may go once the log is durable below this offset
+    appended: int  # records appended by this operation
+
+
+@dataclass(frozen=True)
+class LoadStats:
+    partition: int
+    batches: int
+    records: int
+    end_offset: int
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def java_string_hash(s: str) -> int:
+    """Java's `String.hashCode()` (int32, over UTF-16 code units)."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's `Utils.abs(key.hashCode) % partitions` (abs(MIN_VALUE) is 0)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class CoordinatorRuntime(Generic[S]):
+    """The coordinator partitions of one internal topic on this node."""
+
+    def __init__(
+        self,
+        topic: str,
+        num_partitions: int,
+        shard_factory: Callable[[int], S],
+        clock: Clock,
+        *,
+        load_buffer_bytes: int = 5 * 1024 * 1024,
+    ) -> None:
+        self.topic = topic
+        self.num_partitions = num_partitions
+        self.shard_factory = shard_factory
+        self.clock = clock
+        self.load_buffer_bytes = load_buffer_bytes
+        self._partitions: dict[int, _Partition[S]] = {}
+
+    # -- ownership ------------------------------------------------------------------------
+
+    def partition_for(self, key: str) -> int:
+        return partition_for(key, self.num_partitions)
+
+    def state(self, partition: int) -> PartitionState | None:
+        p = self._partitions.get(partition)
+        return None if p is None else p.state
+
+    def active_shards(self) -> list[tuple[int, S]]:
+        return [
+            (i, p.shard)
+            for i, p in sorted(self._partitions.items())
+            if p.state is PartitionState.ACTIVE and p.shard is not None
+        ]
+
+    def shard(self, partition: int) -> S:
+        """The active shard of `partition`, or the error a client should see."""
+        p = self._partitions.get(partition)
+        if p is None:
+            raise NotCoordinatorError(f"this node does not own {self.topic}-{partition}")
+        if p.state is PartitionState.LOADING:
+            raise CoordinatorLoadInProgressError(f"{self.topic}-{partition} is loading")
+        if p.state is PartitionState.FAILED or p.shard is None:
+            raise CoordinatorNotAvailableError(f"{self.topic}-{partition} is unavailable")
+        return p.shard
+
+    # -- loading --------------------------------------------------------------------------
+
+    def begin_load(self, partition: int, log: Log) -> None:
+        """Mark `partition` as loading (requests get COORDINATOR_LOAD_IN_PROGRESS)."""
+        self._partitions[partition] = _Partition(partition, log)
+
+    def load(self, partition: int, log: Log) -> tuple[S, LoadStats]:
+        """Replay `log` into a new shard. Touches nothing shared, so it may run in a
+        worker thread while the partition's requests are refused; `publish` it after.
+
+        The cyclic garbage collector is paused meanwhile: replay allocates millions of
+        small, acyclic objects, and collections triggered by them would rescan the
+        growing state over and over (it more than halves the load time of 1M offsets).
+        """
+        with _gc_paused():
+            return self._load(partition, log)
+
+    def _load(self, partition: int, log: Log) -> tuple[S, LoadStats]:
+        shard = self.shard_factory(partition)
+        now = self.clock.now_ms()
+        shard.set_time(now)
+        pos, end = log.log_start_offset, log.log_end_offset
+        batches = records = 0
+        while pos < end:
+            data = log.read(pos, self.load_buffer_bytes, max_offset=end)
+            if not data:
+                break
+            for header, recs in iter_batches(data):
+                batches += 1
+                pos = header.last_offset + 1
+                if header.is_control:
+                    for r in recs:
+                        kind, _epoch = parse_control_record(r.key, r.value)
+                        shard.replay_marker(
+                            header.producer_id, header.producer_epoch, kind is ControlType.COMMIT
+                        )
+                    continue
+                records += len(recs)
+                shard.replay(recs, header.producer_id, header.producer_epoch,
+                             header.is_transactional)
+        shard.on_loaded(self.clock.now_ms())
+        return shard, LoadStats(partition, batches, records, end)
+
+    def publish(self, partition: int, log: Log, shard: S) -> None:
+        self._partitions[partition] = _Partition(partition, log, shard, PartitionState.ACTIVE)
+
+    def fail(self, partition: int) -> None:
+        p = self._partitions.get(partition)
+        if p is not None:
+            p.state = PartitionState.FAILED
+
+    def unload(self, partition: int) -> None:
+        self._partitions.pop(partition, None)
+
+    # -- operations -----------------------------------------------------------------------
+
+    def execute(self, partition: int, op: Callable[[S, int], Result[R]]) -> Outcome[R]:
+        """Run `op` on the partition's shard, append and replay its records (module
+        docstring). Raises the shard's coordinator errors (not loaded, failed), and
+        CoordinatorNotAvailableError — with the partition marked failed — if the append
+        or the replay fails."""
+        shard = self.shard(partition)
+        lg = self._partitions[partition].log
+        now = self.clock.now_ms()
+        shard.set_time(now)
+        result = op(shard, now)
+        if not result.records:
+            return Outcome(result, lg, lg.log_end_offset, 0)
+        builder = BatchBuilder()
+        for key, value in result.records:
+            builder.append(now, key, value)
+        try:
+            info = lg.append(builder.build(), now_ms=now)
+            shard.replay([LoggedRecord(info.first_offset + i, key, value)
+                          for i, (key, value) in enumerate(result.records)], -1, -1, False)
+        except Exception as e:
+            self.fail(partition)
+            raise CoordinatorNotAvailableError(
+                f"cannot write to {self.topic}-{partition}: {e}"
+            ) from e
+        return Outcome(result, lg, info.last_offset + 1, len(result.records))
+
+    def poll(self, partition: int) -> Outcome[None] | None:
+        """Run the partition's due deadlines, if it is active and any are due."""
+        p = self._partitions.get(partition)
+        if p is None or p.state is not PartitionState.ACTIVE or p.shard is None:
+            return None
+        deadline = p.shard.next_deadline()
+        if deadline is None or deadline > self.clock.now_ms():
+            return None
+        return self.execute(partition, lambda shard, now: shard.poll(now))

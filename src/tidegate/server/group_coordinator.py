@@ -1,0 +1,213 @@
+"""`GroupCoordinator`: this node's group coordinator, `__consumer_offsets` and its groups.
+
+It owns a `CoordinatorRuntime` of `GroupShard`s behind a `CoordinatorShell`, and gives
+the handlers typed async methods, one per group operation; a group's requests go to
+the partition `abs(hashCode(group)) % offsets.topic.num.partitions`. It also runs
+offset expiry every `offsets.retention.check.interval.ms` and drops the offsets of
+deleted topics (`on_topic_deleted`, called by the broker).
+
+`__consumer_offsets` is created compacted, with `offsets.topic.segment.bytes` segments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, TypeVar
+
+from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.coordinator.group import admin, membership, offsets, rebalance
+from tidegate.coordinator.group.config import GroupConfig
+from tidegate.coordinator.group.messages import (
+    DescribedGroup,
+    HeartbeatRequest,
+    JoinRequest,
+    JoinResponse,
+    LeaveRequest,
+    LeaveResponse,
+    ListedGroup,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncRequest,
+    SyncResponse,
+)
+from tidegate.coordinator.group.model import TopicPartition
+from tidegate.coordinator.group.shard import GroupShard
+from tidegate.coordinator.runtime import CoordinatorRuntime, Result
+from tidegate.server.coordinator import CoordinatorShell
+
+if TYPE_CHECKING:
+    from tidegate.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+Op = Callable[[GroupShard, int, int], Result[R]]
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Broker) -> None:
+        cfg = broker.config
+        self.config = GroupConfig.from_broker(cfg.get_int)
+        partitions = cfg.get_int("offsets.topic.num.partitions", 50) or 50
+        self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
+            OFFSETS_TOPIC,
+            partitions,
+            lambda p: GroupShard(p, self.config),
+            broker.clock,
+            load_buffer_bytes=cfg.get_int("offsets.load.buffer.size", 5242880) or 5242880,
+        )
+        segment = cfg.get_int("offsets.topic.segment.bytes", 104857600) or 104857600
+        self.shell = CoordinatorShell(broker, self.runtime, {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(segment),
+            "compression.type": "producer",
+        })
+        self._tasks: set[asyncio.Task[object]] = set()
+
+    @property
+    def available(self) -> bool:
+        return self.shell.started
+
+    def partition_for(self, group_id: str) -> int:
+        return self.runtime.partition_for(group_id)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.shell.start()
+        self._spawn(self._expire_forever())
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.shell.stop()
+
+    def _spawn(self, coro: Coroutine[object, object, object]) -> None:
+        task: asyncio.Task[object] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _expire_forever(self) -> None:
+        interval = max(self.config.offsets_retention_check_interval_ms, 1) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.expire_offsets()
+            except Exception:
+                log.exception("offset expiry failed")
+
+    async def expire_offsets(self) -> int:
+        removed = sum(await self.shell.each_partition(lambda s, now, _t: offsets.expire(s, now)))
+        if removed:
+            log.info("removed %d expired offsets", removed)
+        return removed
+
+    def on_topic_deleted(self, topic: str) -> None:
+        """Called by the broker after DeleteTopics: drop the topic's committed offsets
+        in every group (in the background; the broker's call is synchronous)."""
+        if topic == OFFSETS_TOPIC or not self.shell.started:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop (offline tools): nothing is coordinating
+        doomed = frozenset({topic})
+        self._spawn(self.shell.each_partition(
+            lambda s, now, _t: offsets.remove_topics(s, doomed, now)))
+
+    # -- one group ------------------------------------------------------------------------
+
+    async def _run(self, group_id: str, op: Op[R]) -> R:
+        if not self.shell.started:
+            raise KafkaError("the group coordinator is starting",
+                             code=ErrorCode.coordinator_not_available)
+        return await self.shell.run(self.partition_for(group_id), op)
+
+    async def join(self, req: JoinRequest) -> JoinResponse:
+        return await self._run(req.group_id, lambda s, now, t: rebalance.join(s, req, t, now))
+
+    async def sync(self, req: SyncRequest) -> SyncResponse:
+        return await self._run(req.group_id, lambda s, now, t: membership.sync(s, req, t, now))
+
+    async def heartbeat(self, req: HeartbeatRequest) -> ErrorCode:
+        return await self._run(req.group_id, lambda s, now, _t: membership.heartbeat(s, req, now))
+
+    async def leave(self, req: LeaveRequest) -> LeaveResponse:
+        return await self._run(req.group_id, lambda s, now, _t: membership.leave(s, req, now))
+
+    async def commit(self, req: OffsetCommitRequest) -> list[tuple[TopicPartition, ErrorCode]]:
+        return await self._run(req.group_id, lambda s, now, _t: offsets.commit(s, req, now))
+
+    async def fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        return await self._run(req.group_id, lambda s, now, _t: offsets.fetch(s, req, now))
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
+                             ) -> tuple[ErrorCode, list[tuple[TopicPartition, ErrorCode]]]:
+        return await self._run(
+            group_id, lambda s, now, _t: offsets.delete_offsets(s, group_id, partitions, now))
+
+    # -- several groups -------------------------------------------------------------------
+
+    def _by_partition(self, group_ids: Iterable[str]) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        for gid in group_ids:
+            out.setdefault(self.partition_for(gid), []).append(gid)
+        return out
+
+    async def describe(self, group_ids: list[str], *, not_found_error: bool = False
+                       ) -> list[DescribedGroup]:
+        found: dict[str, DescribedGroup] = {}
+        for gids in self._by_partition(group_ids).values():
+            def op(s: GroupShard, now: int, _t: int, gids: list[str] = gids
+                   ) -> Result[list[DescribedGroup]]:
+                return admin.describe(s, gids, now, not_found_error=not_found_error)
+
+            try:
+                for d in await self._run(gids[0], op):
+                    found[d.group_id] = d
+            except KafkaError as e:
+                for gid in gids:
+                    found[gid] = DescribedGroup(gid, e.code, state="")
+        return [found[g] for g in group_ids]
+
+    async def list_groups(self, states: list[str], types: list[str]
+                          ) -> tuple[ErrorCode, list[ListedGroup]]:
+        """Every group of every partition; the error of a partition that cannot answer
+        (loading, failed) is reported with the groups of the others."""
+        if not self.shell.started:
+            return ErrorCode.coordinator_not_available, []
+        code = ErrorCode.none
+        out: list[ListedGroup] = []
+        for p in range(self.runtime.num_partitions):
+            try:
+                out += await self.shell.run(
+                    p, lambda s, _now, _t: Result(admin.list_groups(s, states, types)))
+            except KafkaError as e:
+                code = e.code
+        return code, out
+
+    async def delete_groups(self, group_ids: list[str]) -> list[tuple[str, ErrorCode]]:
+        found: dict[str, ErrorCode] = {}
+        for gids in self._by_partition(group_ids).values():
+            def op(s: GroupShard, now: int, _t: int, gids: list[str] = gids
+                   ) -> Result[list[tuple[str, ErrorCode]]]:
+                return admin.delete_groups(s, gids, now)
+
+            try:
+                for gid, code in await self._run(gids[0], op):
+                    found[gid] = code
+            except KafkaError as e:
+                for gid in gids:
+                    found[gid] = e.code
+        return [(g, found[g]) for g in group_ids]

@@ -1,0 +1,221 @@
+"""OffsetCommit, OffsetFetch and OffsetDelete: committed offsets in `__consumer_offsets`.
+
+Partitions of topics that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION
+(UNKNOWN_TOPIC_ID for topics named by id, OffsetCommit v10 / OffsetFetch v10) without
+reaching the coordinator, as Kafka does. OffsetFetch v8+ asks for several groups at
+once; `topics` null means every partition the group has an offset for.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.coordinator.group.messages import (
+    CommitPartition,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from tidegate.protocol.messages import build, ms, view
+from tidegate.server.broker import Broker
+from tidegate.server.context import RequestContext
+from tidegate.server.handlers.common import ZERO_UUID
+
+
+def _topic_name(broker: Broker, topic: Any) -> tuple[str | None, uuid.UUID | None]:
+    name = view(topic, "name")
+    topic_id = view(topic, "topic_id")
+    if name:
+        return str(name), None
+    if topic_id is not None and topic_id != ZERO_UUID:
+        meta = broker.logs.topic_by_id(topic_id)
+        return (meta.name if meta else None), topic_id
+    return None, topic_id
+
+
+def _exists(broker: Broker, topic: str | None, partition: int) -> bool:
+    meta = broker.logs.topics.get(topic) if topic else None
+    return meta is not None and 0 <= partition < meta.partitions
+
+
+def _topic_key(by_id: bool, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
+    return {"topic_id": topic_id or ZERO_UUID} if by_id else {"name": name or ""}
+
+
+async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    by_id = ctx.api_version >= 10
+    codes: dict[tuple[int, int], ErrorCode] = {}  # (topic index, partition) -> error
+    valid: list[CommitPartition] = []
+    where: dict[tuple[str, int], tuple[int, int]] = {}
+    topics = []
+    for ti, t in enumerate(req.topics):
+        name, topic_id = _topic_name(broker, t)
+        topics.append((name, topic_id, [int(p.partition_index) for p in t.partitions]))
+        for p in t.partitions:
+            index = int(p.partition_index)
+            if not _exists(broker, name, index):
+                codes[(ti, index)] = (
+                    ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+                )
+                continue
+            assert name is not None
+            valid.append(
+                CommitPartition(
+                    name,
+                    index,
+                    int(p.committed_offset),
+                    int(view(p, "committed_leader_epoch", -1)),
+                    p.committed_metadata,
+                )
+            )
+            where[(name, index)] = (ti, index)
+    if valid:
+        cr = OffsetCommitRequest(
+            group_id=str(req.group_id),
+            generation_id=int(req.generation_id_or_member_epoch),
+            member_id=str(req.member_id),
+            group_instance_id=view(req, "group_instance_id"),
+            retention_ms=ms(view(req, "retention_time", -1)),
+            partitions=tuple(valid),
+        )
+        try:
+            for tp, code in await broker.group_coordinator.commit(cr):
+                codes[where[tp]] = code
+        except KafkaError as e:
+            for slot in where.values():
+                codes[slot] = e.code
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    **_topic_key(by_id, name, topic_id),
+                    "partitions": [
+                        {"partition_index": p, "error_code": codes[(ti, p)]} for p in parts
+                    ],
+                }
+                for ti, (name, topic_id, parts) in enumerate(topics)
+            ],
+        },
+    )
+
+
+async def _fetch_group(
+    broker: Broker, group_id: str, topics: Any, by_id: bool, require_stable: bool
+) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    """One group's answer: (group error, topics payload)."""
+    unknown: list[tuple[uuid.UUID | None, list[int]]] = []
+    wanted: list[tuple[str, int]] | None = None
+    ids: dict[str, uuid.UUID | None] = {}
+    if topics is not None:
+        wanted = []
+        for t in topics:
+            name, topic_id = _topic_name(broker, t)
+            parts = [int(p) for p in t.partition_indexes]
+            if name is None:
+                unknown.append((topic_id, parts))
+                continue
+            ids[name] = topic_id
+            wanted += [(name, p) for p in parts]
+    try:
+        resp = await broker.group_coordinator.fetch(
+            OffsetFetchRequest(group_id, None if wanted is None else tuple(wanted), require_stable)
+        )
+    except KafkaError as e:
+        resp = OffsetFetchResponse(e.code)
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for f in resp.partitions:
+        grouped.setdefault(f.topic, []).append(
+            {
+                "partition_index": f.partition,
+                "committed_offset": f.offset,
+                "committed_leader_epoch": f.leader_epoch,
+                "metadata": f.metadata,
+                "error_code": f.error,
+            }
+        )
+    payload = []
+    for name, fetched in grouped.items():
+        topic_id = ids.get(name)
+        if by_id and topic_id is None:
+            meta = broker.logs.topics.get(name)
+            if meta is None:
+                continue  # offsets of a topic that is gone cannot be named by id
+            topic_id = meta.topic_id
+        payload.append({**_topic_key(by_id, name, topic_id), "partitions": fetched})
+    for topic_id, parts in unknown:
+        payload.append(
+            {
+                **_topic_key(by_id, None, topic_id),
+                "partitions": [
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1,
+                        "committed_leader_epoch": -1,
+                        "metadata": "",
+                        "error_code": ErrorCode.unknown_topic_id,
+                    }
+                    for p in parts
+                ],
+            }
+        )
+    return resp.error, payload
+
+
+async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    stable = bool(view(req, "require_stable", False))
+    if v >= 8:
+        groups = []
+        for g in req.groups:
+            code, topics = await _fetch_group(broker, str(g.group_id), g.topics, v >= 10, stable)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+        return build(ctx.response_class, {"throttle_time": 0, "groups": groups})
+    code, topics = await _fetch_group(broker, str(req.group_id), req.topics, False, stable)
+    if v < 2 and code != ErrorCode.none:  # v1 has no top-level error: per partition
+        for t in topics:
+            for p in t["partitions"]:
+                p["error_code"] = code
+    return build(ctx.response_class, {"throttle_time": 0, "error_code": code, "topics": topics})
+
+
+async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    valid: list[tuple[str, int]] = []
+    for t in req.topics:
+        for p in t.partitions:
+            tp = (str(t.name), int(p.partition_index))
+            if _exists(broker, tp[0], tp[1]):
+                valid.append(tp)
+            else:
+                codes[tp] = ErrorCode.unknown_topic_or_partition
+    try:
+        code, errors = await broker.group_coordinator.delete_offsets(str(req.group_id), valid)
+    except KafkaError as e:
+        code, errors = e.code, []
+    if code != ErrorCode.none:
+        return build(ctx.response_class, {"throttle_time": 0, "error_code": code, "topics": []})
+    codes.update(dict(errors))
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": codes[(str(t.name), int(p.partition_index))],
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in req.topics
+            ],
+        },
+    )
