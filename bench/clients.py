@@ -13,18 +13,25 @@ Settings, the same for every client where it has them:
   ``batch_size``; aiokafka ``max_batch_size``), no compression, idempotence off,
   unkeyed records (each client's default partitioner for unkeyed records), default
   in-flight limits; the timer runs from the first send to the last acknowledgement
-  (connections and metadata are set up before it starts); every delivery is checked.
+  (connections and metadata are set up before it starts); every delivery is checked,
+  as the application goes (futures are not all held to the end: see `_settle`).
 - consume: every client reads the same topic (written once beforehand by
-  confluent-kafka) from offset 0 by manual assignment, with default fetch settings
+  confluent-kafka, spread evenly over the partitions) from offset 0 by manual
+  assignment, with default fetch settings
   and at most 500 records per poll; the timer runs from the first poll until all
   records have been returned.
 
 Every measurement runs in a fresh interpreter (one client per process), with the
 default asyncio event loop for the asyncio clients. The broker is
-`tests.integration.conftest.BrokerProcess` with its default settings.
+`tests.integration.conftest.BrokerProcess` with its default settings, on the same
+machine. Each cell is measured `--repeat` times, interleaved with the other clients, and
+the best is kept. Besides msgs/s the table shows CPU microseconds per message: of the
+client process (all its threads, librdkafka's included), which varies much less than
+throughput when other work shares the machine, and of the broker during the run.
 
-    .venv/bin/python bench/clients.py                     # ~2-3 minutes
+    .venv/bin/python bench/clients.py                     # about 1-2 minutes
     .venv/bin/python bench/clients.py --records 1000000 --repeat 3
+    .venv/bin/python bench/clients.py --tidegate-src ../old-checkout/src   # before/after
     .venv/bin/python bench/clients.py --clients tidegate,aiokafka --sizes 100
 """
 
@@ -475,8 +482,9 @@ def main() -> None:
     ap.add_argument("--clients", default=",".join(CLIENTS),
                     help=f"comma-separated subset of {', '.join(CLIENTS)}")
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="measure each cell this many times and keep the best")
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="measure each cell this many times (interleaved) and keep the "
+                         "best (default 2)")
     ap.add_argument("--tidegate-src", type=Path, default=ROOT / "src", metavar="DIR",
                     help="take the clients (Tidegate's and the bench's imports) from this "
                          "src directory, e.g. another checkout's, to compare before/after; "

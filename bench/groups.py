@@ -6,7 +6,8 @@
    group is Stable with N members whose assignments cover every partition and every
    consumer has its partitions. The assignment is computed by the client leader, as
    in Kafka's classic protocol: `range` (eager) and `cooperative-sticky` (incremental,
-   several rebalances).
+   several rebalances) — librdkafka's assignors, then Tidegate's own consumers and
+   assignors (`tidegate.assignors`).
 2. Reload: M committed offsets (1000 groups x M/1000 partitions) are written into a
    fresh data directory through the coordinator runtime itself, then (a) the
    coordinator's replay of all `__consumer_offsets` partitions is timed in-process,
@@ -82,6 +83,63 @@ def bench_join(bootstrap: str, assignor: str, consumers: int, partitions: int) -
         c.close()
     if done is None:
         raise RuntimeError(f"{assignor}: the group did not become Stable within 120 s")
+    return done
+
+
+def bench_join_tidegate(bootstrap: str, assignor: str, consumers: int, partitions: int
+                        ) -> float:
+    """The same with Tidegate's own consumers (and so its own assignors, which run in
+    the group leader), each polling in a thread of its own."""
+    import threading
+
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tidegate.client import Consumer
+
+    topic, group = f"bench-tg-{assignor}", f"bench-tg-{assignor}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+    owned: list[set[int]] = [set() for _ in range(consumers)]
+    stop = threading.Event()
+
+    def member(i: int) -> None:
+        class Listener:
+            def on_partitions_assigned(self, parts: set[tuple[str, int]]) -> None:
+                owned[i].update(p for _, p in parts)
+
+            def on_partitions_revoked(self, parts: set[tuple[str, int]]) -> None:
+                owned[i].difference_update(p for _, p in parts)
+
+        with Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "partition.assignment.strategy": assignor,
+                       "session.timeout.ms": 10000, "heartbeat.interval.ms": 500,
+                       "enable.auto.commit": False}) as c:
+            c.subscribe([topic], Listener())
+            while not stop.is_set():
+                c.poll(timeout_ms=50)
+
+    threads = [threading.Thread(target=member, args=(i,), daemon=True)
+               for i in range(consumers)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    done = None
+    while time.perf_counter() < start + 120:
+        time.sleep(0.01)
+        if sum(len(o) for o in owned) == partitions and all(owned) and \
+                len(set().union(*owned)) == partitions:
+            d = admin.describe_consumer_groups([group])[group].result(10)
+            parts = [tp.partition for m in d.members for tp in m.assignment.topic_partitions]
+            if d.state == ConsumerGroupState.STABLE and len(d.members) == consumers and \
+                    sorted(parts) == list(range(partitions)):
+                done = time.perf_counter() - start
+                break
+    stop.set()
+    for t in threads:
+        t.join(30)
+    if done is None:
+        raise RuntimeError(f"tidegate {assignor}: the group did not become Stable in 120 s")
     return done
 
 
@@ -172,10 +230,13 @@ def main() -> None:
             b = BrokerProcess(tmp / "join", overrides={"group.initial.rebalance.delay.ms": "0"})
             b.start()
             try:
-                for assignor in ("range", "cooperative-sticky"):
-                    took = bench_join(b.bootstrap, assignor, args.consumers, args.partitions)
-                    print(f"join  {args.consumers} consumers, {args.partitions} partitions, "
-                          f"{assignor:<18}: Stable with assignments in {took:6.2f} s")
+                for client, run in (("confluent-kafka", bench_join),
+                                    ("tidegate", bench_join_tidegate)):
+                    for assignor in ("range", "cooperative-sticky"):
+                        took = run(b.bootstrap, assignor, args.consumers, args.partitions)
+                        print(f"join  {args.consumers} {client} consumers, "
+                              f"{args.partitions} partitions, {assignor:<18}: Stable with "
+                              f"assignments in {took:6.2f} s")
             finally:
                 b.stop()
         if not args.skip_reload:
