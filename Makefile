@@ -28,7 +28,7 @@ run: install
 	    --override log.dirs=./tidegate-data $(ARGS)
 
 lint: install
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench examples
 
 typecheck: install
 	$(BIN)/mypy
@@ -47,6 +47,8 @@ soak: install deps-system
 
 bench: install
 	$(BIN)/python bench/produce_consume.py
+	$(BIN)/python bench/clients.py
+	$(BIN)/python bench/idempotence.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info
