@@ -674,3 +674,69 @@ def test_groups_cli(fast_broker: BrokerProcess) -> None:
     assert "g-cli" not in _group_ids(bs)
     out = cli("describe", "no-such-group")
     assert out.returncode != 0 and "no-such-group" in out.stderr
+
+
+def test_raw_api_versions_clients_rarely_use(broker: BrokerProcess) -> None:
+    """Batched and topic-id forms, exercised with raw requests."""
+    from tests.integration.rawclient import RawClient
+
+    bs = broker.bootstrap
+    create_topic(bs, "raw", 2)
+    c = RawClient(bs)
+    r = c.call(10, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})
+    assert [(x.key, int(x.node_id), x.error_code.value) for x in r.coordinators] == [
+        ("a", 1, 0), ("b", 1, 0)]
+    r = c.call(10, 4, {"key_type": 1, "coordinator_keys": ["txn"]})
+    assert r.coordinators[0].error_code.name == "coordinator_not_available"
+    topic_id = c.call(3, 12, {"topics": [{"name": "raw"}], "allow_auto_topic_creation": False,
+                              "include_topic_authorized_operations": False}).topics[0].topic_id
+    # OffsetCommit v10 names topics by id; v9 by name.
+    r = c.call(8, 10, {"group_id": "g-raw", "generation_id_or_member_epoch": -1,
+                       "member_id": "", "topics": [{"topic_id": topic_id, "partitions": [
+                           {"partition_index": 0, "committed_offset": 7,
+                            "committed_metadata": "m"}]}]})
+    assert r.topics[0].topic_id == topic_id and r.topics[0].partitions[0].error_code.value == 0
+    r = c.call(8, 9, {"group_id": "g-raw2", "generation_id_or_member_epoch": -1,
+                      "member_id": "", "topics": [{"name": "nope", "partitions": [
+                          {"partition_index": 0, "committed_offset": 1}]}]})
+    assert r.topics[0].partitions[0].error_code.name == "unknown_topic_or_partition"
+    # OffsetFetch v8+: several groups at once, null topics = everything.
+    r = c.call(9, 8, {"groups": [{"group_id": "g-raw", "topics": None},
+                                 {"group_id": "none", "topics": [
+                                     {"name": "raw", "partition_indexes": [1]}]}]})
+    g0, g1 = r.groups
+    assert [(t.name, p.partition_index, p.committed_offset, p.metadata)
+            for t in g0.topics for p in t.partitions] == [("raw", 0, 7, "m")]
+    assert g1.topics[0].partitions[0].committed_offset == -1
+    r = c.call(9, 10, {"groups": [{"group_id": "g-raw", "topics": [
+        {"topic_id": topic_id, "partition_indexes": [0]}]}], "require_stable": True})
+    assert r.groups[0].topics[0].topic_id == topic_id
+    assert r.groups[0].topics[0].partitions[0].committed_offset == 7
+    # JoinGroup v0 (no member id round trip), then LeaveGroup v5 batch.
+    sub_ = b"\x00\x00\x00\x00\x00\x01\x00\x03raw\xff\xff\xff\xff"
+    r = c.call(11, 0, {"group_id": "g-old", "session_timeout": 6000, "member_id": "",
+                       "protocol_type": "consumer",
+                       "protocols": [{"name": "range", "metadata": sub_}]})
+    assert r.error_code.value == 0 and r.member_id and r.leader == r.member_id
+    member = r.member_id
+    r = c.call(13, 5, {"group_id": "g-old", "members": [
+        {"member_id": member, "group_instance_id": None, "reason": "bye"},
+        {"member_id": "ghost", "group_instance_id": None}]})
+    assert [m.error_code.name for m in r.members] == ["none", "unknown_member_id"]
+    # ListGroups v5 filters by state and type; DescribeGroups v6 reports unknown groups.
+    r = c.call(16, 5, {"states_filter": ["Empty"], "types_filter": ["classic"]})
+    assert {g.group_id for g in r.groups} >= {"g-raw", "g-old"}
+    assert all(g.group_type == "classic" for g in r.groups)
+    assert c.call(16, 5, {"states_filter": [], "types_filter": ["consumer"]}).groups == ()
+    r = c.call(15, 6, {"groups": ["missing"], "include_authorized_operations": False})
+    assert r.groups[0].error_code.name == "group_id_not_found"
+    # OffsetDelete, then DeleteGroups.
+    r = c.call(47, 0, {"group_id": "g-raw", "topics": [
+        {"name": "raw", "partitions": [{"partition_index": 0}]}]})
+    assert r.error_code.value == 0 and r.topics[0].partitions[0].error_code.value == 0
+    # (g-raw held nothing but that offset: like a restarted Kafka coordinator, we no
+    # longer know it)
+    r = c.call(42, 2, {"groups_names": ["g-old", "missing", "g-raw"]})
+    assert [x.error_code.name for x in r.results] == [
+        "none", "group_id_not_found", "group_id_not_found"]
+    c.close()
