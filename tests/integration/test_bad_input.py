@@ -200,3 +200,24 @@ def test_bad_batches_get_kafka_error_codes(
     assert before.topics[0].partitions[0].offset == after.topics[0].partitions[0].offset
     c.close()
     _healthy(shared_broker, "badbatch")
+
+
+def test_internal_topics_are_protected(shared_broker: BrokerProcess) -> None:
+    c = RawClient(shared_broker.bootstrap)
+    batch = build_batch([(1_700_000_000_000, b"k", b"v", ())])
+    r = c.call(
+        0,
+        9,
+        {
+            "acks": -1,
+            "timeout": 5000,
+            "topic_data": [
+                {"name": "__consumer_offsets", "partition_data": [{"index": 0, "records": batch}]}
+            ],
+        },
+    )
+    assert r.responses[0].partition_responses[0].error_code == 17  # INVALID_TOPIC_EXCEPTION
+    r = c.call(20, 6, {"topics": [{"name": "__consumer_offsets"}], "timeout": 5000})
+    assert r.responses[0].error_code == 17
+    c.close()
+    _healthy(shared_broker)

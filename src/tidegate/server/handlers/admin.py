@@ -18,7 +18,7 @@ from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID, error_fields
 from tidegate.server.handlers.configs import describe_topic_configs, validate_topic_configs
-from tidegate.server.handlers.metadata import brokers_payload
+from tidegate.server.handlers.metadata import INTERNAL_TOPICS, brokers_payload
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,11 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
                 out["name"] = name
             if not name or name not in broker.logs.topics:
                 raise UnknownTopicOrPartitionError(f"topic {name} does not exist")
+            if name in INTERNAL_TOPICS:
+                raise KafkaError(
+                    f"internal topic {name} cannot be deleted",
+                    code=ErrorCode.invalid_topic_exception,
+                )
             out["topic_id"] = broker.logs.topics[name].topic_id
             broker.delete_topic(name)
         except KafkaError as e:

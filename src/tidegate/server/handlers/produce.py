@@ -28,6 +28,7 @@ from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields, resolve_topic
+from tidegate.server.handlers.metadata import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,20 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             index = int(part.index)
             if acks not in (-1, 0, 1):
                 results.append((key, _partition_result(index, ErrorCode.invalid_required_acks)))
+                continue
+            if name in INTERNAL_TOPICS:
+                # Only the coordinators write their own logs (Kafka: "Cannot append to
+                # internal topic").
+                results.append(
+                    (
+                        key,
+                        _partition_result(
+                            index,
+                            ErrorCode.invalid_topic_exception,
+                            f"cannot append to internal topic {name}",
+                        ),
+                    )
+                )
                 continue
             lg = broker.get_log(name, index) if name else None
             if lg is None:
