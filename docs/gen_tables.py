@@ -68,8 +68,9 @@ CLIENT_DOCS: dict[str, str] = {
     "max.request.size": "Largest produce request, hence largest record; bigger records "
                         "fail in send() with MessageTooLargeError.",
     "max.block.ms": "How long send() may wait for metadata or buffer space.",
-    "enable.idempotence": "Not available yet (true is rejected); Kafka 3's default is "
-                          "true.",
+    "enable.idempotence": "Producer id + per-partition sequences: retries neither "
+                          "duplicate nor reorder records. Needs acks=all, max.in.flight <= 5, "
+                          "retries > 0 (if only defaulted, conflicting settings turn it off).",
     "transactional.id": "Not available yet (setting it is rejected).",
     "partitioner.ignore.keys": "Spread keyed records like unkeyed ones (sticky) instead "
                                "of by murmur2(key).",

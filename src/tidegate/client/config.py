@@ -10,10 +10,12 @@ why not; an unknown key or an invalid value raises `ConfigError` naming the key 
 what is allowed; cross-key rules (e.g. ``delivery.timeout.ms >= linger.ms +
 request.timeout.ms``) are checked once, here.
 
-Not yet available, and rejected with a clear message when enabled: idempotence
-(``enable.idempotence=true``) and transactions (``transactional.id``) arrive with the
-idempotence/transactions work. Until then the producer behaves as Kafka's does with
-``enable.idempotence=false`` — which is why our default is false where Kafka 3+ says true.
+Idempotence (``enable.idempotence``) defaults to true, as in Kafka 3+, and needs
+``acks=all``, ``max.in.flight.requests.per.connection <= 5`` and ``retries > 0``. As in
+the Java client: if the user set ``enable.idempotence=true`` explicitly, a conflicting
+key is a `ConfigError`; if idempotence is only the default, a conflicting key quietly
+turns it off (``acks=1`` alone means "no idempotence", as it does in Kafka).
+Transactions (``transactional.id``) are still rejected until they exist.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ Serializer = Callable[[Any], bytes | None]
 Parse = Callable[[str, object], object]
 C = TypeVar("C", bound="ClientConfig")
 INT32_MAX = 2_147_483_647
+# The broker caches the last 5 batches per producer, so more in flight cannot be
+# de-duplicated (Kafka's limit for enable.idempotence=true).
+MAX_IDEMPOTENT_IN_FLIGHT = 5
 LONG_MAX = 9_223_372_036_854_775_807
 
 
@@ -200,8 +205,12 @@ class ProducerConfig(ClientConfig):
     delivery_timeout_ms: int = _opt("delivery.timeout.ms", 120_000, _int(0, INT32_MAX))
     max_request_size: int = _opt("max.request.size", 1_048_576, _int(1, INT32_MAX))
     max_block_ms: int = _opt("max.block.ms", 60_000, _int())
-    # Kafka 3+ defaults to true; see the module docstring for why ours is false for now.
-    enable_idempotence: bool = _opt("enable.idempotence", False, _bool)
+    # Kafka 3+'s default; conflicting acks / in-flight / retries turn it off unless
+    # it was set explicitly (see _check_idempotence).
+    enable_idempotence: bool = _opt("enable.idempotence", True, _bool)
+    # Whether the user set enable.idempotence=true (not just the default): then a broker
+    # without InitProducerId is an error; otherwise the producer goes on without.
+    idempotence_explicit: bool = field(default=False, init=False, repr=False, compare=False)
     transactional_id: str | None = _opt("transactional.id", None, _opt_str)
     partitioner_ignore_keys: bool = _opt("partitioner.ignore.keys", False, _bool)
     key_serializer: Serializer | None = _opt("key.serializer", None, _callable)  # noqa: RUF009
@@ -213,11 +222,7 @@ class ProducerConfig(ClientConfig):
         return "producer"
 
     def _check(self, explicit: set[str]) -> None:
-        if self.enable_idempotence:
-            raise ConfigError(
-                "enable.idempotence=true is not available yet: the idempotent producer "
-                "arrives with Tidegate's idempotence work; set enable.idempotence=false "
-                "(records may then be duplicated or reordered by retries, as in Kafka)")
+        self._check_idempotence(explicit)
         if self.transactional_id is not None:
             raise ConfigError(
                 "transactional.id is not available yet: transactions arrive with "
@@ -231,6 +236,31 @@ class ProducerConfig(ClientConfig):
             # As Kafka does when the user did not set it: raise it to the minimum.
             object.__setattr__(self, "delivery_timeout_ms",
                                self.linger_ms + self.request_timeout_ms)
+
+
+    def _check_idempotence(self, explicit: set[str]) -> None:
+        """Kafka's rules (ProducerConfig.postProcessAndValidateIdempotenceConfigs)."""
+        if not self.enable_idempotence:
+            return
+        object.__setattr__(self, "idempotence_explicit", "enable.idempotence" in explicit)
+        conflicts: list[str] = []
+        if self.acks != -1:
+            conflicts.append(f"acks must be all (-1), not {self.acks}")
+        if self.max_in_flight_requests_per_connection > MAX_IDEMPOTENT_IN_FLIGHT:
+            conflicts.append(
+                "max.in.flight.requests.per.connection must be at most "
+                f"{MAX_IDEMPOTENT_IN_FLIGHT}, not {self.max_in_flight_requests_per_connection}")
+        if self.retries == 0:
+            conflicts.append("retries must be greater than 0")
+        if not conflicts:
+            return
+        if "enable.idempotence" in explicit:
+            raise ConfigError(
+                "enable.idempotence=true needs " + "; ".join(conflicts)
+                + ". Either change those settings or set enable.idempotence=false "
+                "(retries may then duplicate or reorder records)")
+        # Idempotence was only the default: the user's explicit choice wins, as in Kafka.
+        object.__setattr__(self, "enable_idempotence", False)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ def test_producer_defaults_are_kafkas() -> None:
     assert c.retry_backoff_ms == 100
     assert c.max_request_size == 1048576
     assert c.max_block_ms == 60000
-    assert c.enable_idempotence is False
+    assert c.enable_idempotence is True  # Kafka 3+
 
 
 def test_consumer_defaults_are_kafkas() -> None:
@@ -76,10 +76,23 @@ def test_invalid_values_name_key_and_allowed(cls: type[ProducerConfig], key: str
     assert key in str(info.value)
 
 
-def test_idempotence_and_transactions_are_rejected_clearly() -> None:
-    with pytest.raises(ConfigError, match=r"enable\.idempotence=true is not available yet"):
-        ProducerConfig.from_dict({"enable.idempotence": True})
+def test_idempotence_rules_and_transactions_rejected_clearly() -> None:
+    assert ProducerConfig.from_dict({"enable.idempotence": True}).enable_idempotence is True
     assert ProducerConfig.from_dict({"enable.idempotence": "false"}).enable_idempotence is False
+    # Explicitly enabled: a contradicting setting is an error, as in the Java client.
+    with pytest.raises(ConfigError, match=r"enable\.idempotence=true needs acks must be all"):
+        ProducerConfig.from_dict({"enable.idempotence": True, "acks": 1})
+    with pytest.raises(ConfigError, match=r"max\.in\.flight\.requests\.per\.connection"):
+        ProducerConfig.from_dict({"enable.idempotence": True,
+                                  "max.in.flight.requests.per.connection": 6})
+    with pytest.raises(ConfigError, match=r"retries must be greater than 0"):
+        ProducerConfig.from_dict({"enable.idempotence": "true", "retries": 0})
+    # Only the default: the explicit conflicting setting turns idempotence off.
+    assert ProducerConfig.from_dict({"acks": "1"}).enable_idempotence is False
+    assert ProducerConfig.from_dict({"retries": 0}).enable_idempotence is False
+    assert ProducerConfig.from_dict(
+        {"max.in.flight.requests.per.connection": 10}).enable_idempotence is False
+    assert ProducerConfig.from_dict({"acks": "all"}).enable_idempotence is True
     with pytest.raises(ConfigError, match=r"transactional\.id is not available yet"):
         ProducerConfig.from_dict({"transactional.id": "tx"})
 

@@ -1,5 +1,6 @@
 """The producer: accumulator (batching), sender (requests), and `AsyncProducer`."""
 
+from tidegate.client.producer.idempotence import FatalProducerError
 from tidegate.client.producer.producer import AsyncProducer, DeliveryCallback
 
-__all__ = ["AsyncProducer", "DeliveryCallback"]
+__all__ = ["AsyncProducer", "DeliveryCallback", "FatalProducerError"]

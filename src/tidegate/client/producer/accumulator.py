@@ -16,6 +16,9 @@ Rules (as Kafka's RecordAccumulator):
 - Draining closes a batch (no more appends) and builds its bytes once; a retried batch
   re-sends the same bytes and goes back to the *front* of its queue, keeping
   per-partition order as long as one request per partition is in flight.
+- With idempotence a `Sequencer` (see `idempotence`) decides whether a partition's
+  first batch may be drained and stamps it with its sequence when it is; retried
+  batches go back in sequence order (``seq_order``) ahead of newer ones.
 
 Each record carries an opaque `token` (the producer's future) that the batch returns on
 completion; no other object is kept per record.
@@ -25,14 +28,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from tidegate.client.types import TopicPartition
-from tidegate.records.batch import HEADER_SIZE
+from tidegate.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from tidegate.records.builder import BatchBuilder
 from tidegate.records.compression import Codec
 
-__all__ = ["ProducerBatch", "RecordAccumulator", "record_size_upper_bound"]
+__all__ = ["ProducerBatch", "RecordAccumulator", "Sequencer", "record_size_upper_bound"]
 
 T = TypeVar("T")
 Header = tuple[str, bytes | None]
@@ -55,8 +58,9 @@ def record_size_upper_bound(key: bytes | None, value: bytes | None,
 class ProducerBatch(Generic[T]):
     """Records for one partition that are sent, acknowledged and retried together."""
 
-    __slots__ = ("attempts", "builder", "created_ms", "done", "payload", "retry_at_ms",
-                 "size", "timestamps", "tokens", "tp")
+    __slots__ = ("attempts", "base_sequence", "builder", "created_ms", "done", "payload",
+                 "producer_epoch", "producer_id", "retry_at_ms", "seq_order", "size",
+                 "timestamps", "tokens", "tp")
 
     def __init__(self, tp: TopicPartition, builder: BatchBuilder, now_ms: int) -> None:
         self.tp = tp
@@ -69,6 +73,12 @@ class ProducerBatch(Generic[T]):
         self.attempts = 0
         self.retry_at_ms = 0
         self.done = False  # acknowledged or failed for good
+        # Idempotence: set when the batch is drained (see `Sequencer`); seq_order is
+        # the drain order of stamped batches (-1: none), used to requeue retries.
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_sequence = NO_SEQUENCE
+        self.seq_order = -1
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -84,6 +94,13 @@ class ProducerBatch(Generic[T]):
 
     def __repr__(self) -> str:
         return f"ProducerBatch({self.tp.topic}-{self.tp.partition}, {len(self)} records)"
+
+
+class Sequencer(Protocol):
+    """Gives drained batches their idempotence sequence (`idempotence`)."""
+
+    def can_send(self, batch: ProducerBatch[Any], /) -> bool: ...
+    def on_drain(self, batch: ProducerBatch[Any], /) -> None: ...
 
 
 class RecordAccumulator(Generic[T]):
@@ -180,27 +197,44 @@ class RecordAccumulator(Generic[T]):
         return ready, next_ms
 
     def drain(self, tps: Sequence[TopicPartition], max_request_size: int,
-              now_ms: int) -> list[ProducerBatch[T]]:
+              now_ms: int, sequencer: Sequencer | None = None) -> list[ProducerBatch[T]]:
         """Take the first batch of each partition in `tps` while the request stays
-        within `max_request_size` (the first batch is always taken)."""
+        within `max_request_size` (the first batch is always taken) and, with a
+        `sequencer`, while it allows; the sequencer stamps each batch taken."""
         out: list[ProducerBatch[T]] = []
         total = 0
         for tp in tps:
             queue = self._queues.get(tp)
             if not queue or queue[0].retry_at_ms > now_ms:
                 continue
-            payload = queue[0].close()
+            first = queue[0]
+            if sequencer is not None and not sequencer.can_send(first):
+                continue
+            payload = first.close()
             if out and total + len(payload) > max_request_size:
                 break
             out.append(queue.popleft())
             total += len(payload)
+            if sequencer is not None:
+                sequencer.on_drain(first)
         return out
 
     def reenqueue(self, batch: ProducerBatch[T], now_ms: int) -> None:
-        """Put a failed batch back at the front of its queue, backing off."""
+        """Put a failed batch back at the front of its queue, backing off; behind
+        batches stamped before it (idempotence: retries stay in sequence order)."""
         batch.retry_at_ms = now_ms + self.retry_backoff_ms
         queue = self._queues.setdefault(batch.tp, deque())
-        queue.appendleft(batch)
+        order = batch.seq_order
+        i = 0
+        if order >= 0:
+            n = len(queue)
+            while i < n and 0 <= queue[i].seq_order < order:
+                i += 1
+        queue.insert(i, batch)
+
+    def queued_batches(self) -> list[ProducerBatch[T]]:
+        """Every queued batch, front to back per partition."""
+        return [b for q in self._queues.values() for b in q]
 
     def deallocate(self, batch: ProducerBatch[T]) -> None:
         """A batch finished (acknowledged or failed for good): free its memory."""

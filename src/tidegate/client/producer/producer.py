@@ -11,7 +11,11 @@ Callbacks (`on_delivery(metadata, error)`) run on the event loop when the record
 completes. `flush()` waits for every record sent before it; `close()` flushes, then
 releases connections; sending after close raises `ClientClosedError`.
 
-Idempotence and transactions are not available yet; see `client.config`.
+With ``enable.idempotence`` (the default) the sender gets a producer id before the
+first batch and every batch a per-partition sequence, so retries neither duplicate nor
+reorder records (see `idempotence`). After a fatal idempotence error (e.g. the producer
+was fenced) unfinished records fail and `send` raises it. Transactions are not
+available yet; see `client.config`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from tidegate.client.producer.accumulator import (
     RecordAccumulator,
     record_size_upper_bound,
 )
+from tidegate.client.producer.idempotence import IdempotenceManager
 from tidegate.client.producer.sender import Completion, Sender
 from tidegate.client.types import RecordMetadata, TopicPartition
 from tidegate.common.errors import InvalidPartitionsError, MessageTooLargeError
@@ -82,6 +87,7 @@ class AsyncProducer:
             buffer_memory=cfg.buffer_memory,
             compression=codec_from_name(cfg.compression_type),
             retry_backoff_ms=cfg.retry_backoff_ms)
+        self._idem = IdempotenceManager() if cfg.enable_idempotence else None
         self._partitioner = StickyPartitioner()
         # The sticky partition per topic, while its batch fills (see try_append).
         self._sticky: dict[str, int] = {}
@@ -118,7 +124,7 @@ class AsyncProducer:
             self._loop = asyncio.get_running_loop()
             self._batch_done = asyncio.Event()
             self._sender = Sender(self.config, self._acc, self._net, self._metadata,
-                                  self._on_batch_done)
+                                  self._on_batch_done, self._idem)
             self._sender.start()
         return self._sender
 
@@ -189,6 +195,8 @@ class AsyncProducer:
         MessageTooLargeError if the record cannot fit in a request or the buffer."""
         if self._closed:
             raise ClientClosedError(f"cannot send to {topic!r}: the producer is closed")
+        if self._idem is not None and self._idem.fatal is not None:
+            raise self._idem.fatal
         # `type(x) is bytes` first: the common case costs no function call.
         ks, vs = self._key_serializer, self._value_serializer
         if ks is not None:

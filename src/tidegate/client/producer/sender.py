@@ -14,7 +14,13 @@ leadership errors); anything else fails the batch's records.
 Ordering: with ``max.in.flight.requests.per.connection=1`` a partition is *muted*
 while a batch of it is in flight, so retries cannot reorder records. With more in
 flight and no idempotence a retried batch can land after a later one, exactly as in
-Kafka; the idempotent producer will remove that caveat.
+Kafka.
+
+Idempotence (``enable.idempotence``, see `idempotence` for the rules): before anything
+is sent, and again whenever the `IdempotenceManager` asks for a new producer id (once
+no request is in flight), a task sends InitProducerId, retrying retriable errors. The
+manager gates and stamps what the accumulator drains and judges idempotence errors in
+responses; after a fatal one every queued record fails with it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tidegate.client.errors import KafkaTimeoutError
 from tidegate.client.metadata import REFRESH_ERRORS, ZERO_UUID, MetadataClient
 from tidegate.client.net import NetworkClient
 from tidegate.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from tidegate.client.producer.idempotence import FatalProducerError, IdempotenceManager, Verdict
 from tidegate.client.types import RecordMetadata, TopicPartition
 from tidegate.common.errors import KafkaError, error_for_code
 from tidegate.protocol.messages import ms
@@ -42,6 +49,8 @@ __all__ = ["Completion", "Sender"]
 log = logging.getLogger("tidegate.client.producer")
 
 PRODUCE = 0
+INIT_PRODUCER_ID = 22
+_INIT_PRODUCER_ID_VERSIONS = (0, 5)  # v3+ carry the current id/epoch (KIP-360)
 
 
 class Completion(Protocol):
@@ -61,8 +70,11 @@ class Sender:
 
     def __init__(self, config: ProducerConfig, acc: RecordAccumulator[Completion],
                  net: NetworkClient, metadata: MetadataClient,
-                 on_batch_done: Callable[[ProducerBatch[Completion]], None]) -> None:
+                 on_batch_done: Callable[[ProducerBatch[Completion]], None],
+                 idempotence: IdempotenceManager | None = None) -> None:
         self.config = config
+        self.idem = idempotence
+        self._init: asyncio.Task[None] | None = None
         self.acc = acc
         self.net = net
         self.metadata = metadata
@@ -98,6 +110,8 @@ class Sender:
             self._fail(batch, exc)
         for task in list(self._tasks):
             task.cancel()
+        if self._init is not None:
+            self._init.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -129,6 +143,14 @@ class Sender:
         cfg = self.config
         for batch in self.acc.expired(now, cfg.delivery_timeout_ms):
             self._fail(batch, self._expiry_error(batch, now))
+        idem = self.idem
+        if idem is not None:
+            if idem.fatal is not None:
+                for batch in self.acc.abort_all():
+                    self._fail(batch, idem.fatal)
+            elif idem.needs_producer_id and self.in_flight == 0 and self.acc.has_unsent() \
+                    and (self._init is None or self._init.done()):
+                self._init = asyncio.get_running_loop().create_task(self._init_producer_id())
         self._maybe_refresh_metadata()
         ready, next_ms = self.acc.ready(now, self._muted)
         by_node: dict[int, list[TopicPartition]] = {}
@@ -147,7 +169,7 @@ class Sender:
         for node, tps in by_node.items():
             if self._in_flight.get(node, 0) >= cfg.max_in_flight_requests_per_connection:
                 continue
-            batches = self.acc.drain(tps, cfg.max_request_size, now)
+            batches = self.acc.drain(tps, cfg.max_request_size, now, idem)
             if not batches:
                 continue
             if cfg.max_in_flight_requests_per_connection == 1:
@@ -173,6 +195,66 @@ class Sender:
         except KafkaError as e:
             log.debug("metadata refresh failed: %s", e)
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        finally:
+            self.wakeup()
+
+    async def _init_producer_id(self) -> None:
+        """Get a producer id (and epoch) for the idempotent producer; retry retriable
+        failures until it works, the producer stops, or a fatal error."""
+        idem = self.idem
+        assert idem is not None
+        backoff = self.config.retry_backoff_ms / 1000
+        try:
+            while idem.needs_producer_id and self.acc.has_unsent():
+                try:
+                    conn = await self.net.any_connection()
+                    theirs = conn.broker_versions.get(INIT_PRODUCER_ID)
+                    lo, hi = _INIT_PRODUCER_ID_VERSIONS
+                    if theirs is None or theirs[1] < lo or theirs[0] > hi:
+                        if idem.producer_id < 0 and not self.config.idempotence_explicit:
+                            log.warning(
+                                "broker %s:%s does not support InitProducerId: producing "
+                                "without idempotence (set enable.idempotence=false to say "
+                                "so, or true to make this an error)", conn.host, conn.port)
+                            self.idem = None
+                            return
+                        idem.set_fatal(FatalProducerError(
+                            f"broker {conn.host}:{conn.port} does not support "
+                            "InitProducerId, so it cannot run an idempotent producer: set "
+                            "enable.idempotence=false", code=ErrorCode.unsupported_version))
+                        return
+                    resp = await conn.request(INIT_PRODUCER_ID, {
+                        "transactional_id": None,
+                        "transaction_timeout": 60_000,
+                        "producer_id": idem.producer_id,
+                        "producer_epoch": idem.epoch,
+                    }, version=min(hi, theirs[1]))
+                except KafkaError as e:
+                    if not e.retriable:
+                        idem.set_fatal(FatalProducerError(f"InitProducerId failed: {e}",
+                                                          code=e.code))
+                        return
+                    log.debug("InitProducerId failed, retrying: %s", e)
+                    await asyncio.sleep(backoff)
+                    continue
+                except Exception as e:  # a bug: fail loudly rather than hang every send
+                    log.exception("InitProducerId failed unexpectedly")
+                    idem.set_fatal(FatalProducerError(f"InitProducerId failed: {e!r}"))
+                    return
+                code = resp.error_code
+                if code == ErrorCode.none:
+                    reason = idem.reset_reason
+                    idem.set_producer_id(int(resp.producer_id), int(resp.producer_epoch),
+                                         self.acc.queued_batches())
+                    log.log(logging.INFO if reason else logging.DEBUG,
+                            "idempotent producer id %d epoch %d%s", idem.producer_id,
+                            idem.epoch, f" (reset: {reason})" if reason else "")
+                    return
+                err = error_for_code(code.value, f"InitProducerId failed: {code.name.upper()}")
+                if not err.retriable:
+                    idem.set_fatal(FatalProducerError(str(err), code=code))
+                    return
+                await asyncio.sleep(backoff)
         finally:
             self.wakeup()
 
@@ -244,23 +326,47 @@ class Sender:
                 lat = getattr(p, "log_append_time", None)
                 self._complete(b, int(p.base_offset), -1 if lat is None else ms(lat))
                 continue
+            if code == ErrorCode.duplicate_sequence_number and self.idem is not None:
+                self._complete(b, -1, -1)  # written before; its offset is unknown (as Java)
+                continue
             if code in REFRESH_ERRORS:
                 self.metadata.cache.request_update()
             message = getattr(p, "error_message", None) or ""
-            self._retry_or_fail(b, error_for_code(
+            err = error_for_code(
                 code.value, f"{code.name.upper()} producing to {b.tp.topic}-{b.tp.partition}"
-                + (f": {message}" if message else "")))
+                + (f": {message}" if message else ""))
+            verdict = Verdict.FAIL if self.idem is None else self.idem.on_error(b, code)
+            if verdict == Verdict.FATAL:
+                fatal = FatalProducerError(
+                    f"{err}; the idempotent producer cannot continue: close it and create "
+                    "a new one", code=code)
+                assert self.idem is not None
+                self.idem.set_fatal(fatal)
+                self._fail(b, self.idem.fatal or fatal)
+            elif verdict == Verdict.RETRY:
+                self._retry(b, err)
+            else:
+                self._retry_or_fail(b, err)
 
     def _retry_or_fail(self, batch: ProducerBatch[Completion], exc: KafkaError) -> None:
-        now = _now_ms()
-        cfg = self.config
-        if not exc.retriable or batch.attempts > cfg.retries:
+        if not exc.retriable or batch.attempts > self.config.retries:
             self._fail(batch, exc)
-        elif now + cfg.retry_backoff_ms >= batch.created_ms + cfg.delivery_timeout_ms:
-            self._fail(batch, self._expiry_error(batch, now))
         else:
-            log.debug("retrying %r after %s (attempt %d)", batch, exc, batch.attempts)
-            self.acc.reenqueue(batch, now)
+            self._retry(batch, exc)
+
+    def _retry(self, batch: ProducerBatch[Completion], exc: KafkaError) -> None:
+        now = _now_ms()
+        if now + self.config.retry_backoff_ms >= batch.created_ms + \
+                self.config.delivery_timeout_ms:
+            self._fail(batch, self._expiry_error(batch, now))
+            return
+        log.debug("retrying %r after %s (attempt %d)", batch, exc, batch.attempts)
+        if self.idem is not None:
+            if self.idem.fatal is not None:
+                self._fail(batch, self.idem.fatal)
+                return
+            self.idem.on_retry(batch)
+        self.acc.reenqueue(batch, now)
 
     def _complete(self, batch: ProducerBatch[Completion], base_offset: int,
                   log_append_ms: int) -> None:
@@ -275,6 +381,8 @@ class Sender:
             except Exception:  # InvalidStateError: cancelled by the user
                 pass
             offset += step
+        if self.idem is not None:
+            self.idem.on_complete(batch)
         self._finish(batch)
 
     def _fail(self, batch: ProducerBatch[Completion], exc: BaseException) -> None:
@@ -284,6 +392,8 @@ class Sender:
                     token.set_exception(exc)
                 except Exception:
                     pass
+        if self.idem is not None:
+            self.idem.on_fail(batch)
         self._finish(batch)
 
     def _finish(self, batch: ProducerBatch[Completion]) -> None:
