@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import IO, Any
 
 from tidegate.cli.topics import add_bootstrap, parse_pairs, run_client
@@ -30,23 +32,43 @@ from tidegate.client.types import RecordMetadata
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("produce", help="send lines from stdin or a file as records",
-                       description="Produce one record per input line "
-                                   "(like kafka-console-producer.sh).")
+    p = sub.add_parser(
+        "produce",
+        help="send lines from stdin or a file as records",
+        description="Produce one record per input line (like kafka-console-producer.sh).",
+    )
     p.add_argument("topic")
     p.add_argument("--file", metavar="PATH", help="read lines from this file instead of stdin")
-    p.add_argument("--key-separator", metavar="SEP",
-                   help="split each line at the first SEP into key and value")
-    p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
-                   help="add a header to every record (repeatable)")
+    p.add_argument(
+        "--key-separator", metavar="SEP", help="split each line at the first SEP into key and value"
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="add a header to every record (repeatable)",
+    )
     p.add_argument("--partition", type=int, help="send every record to this partition")
-    p.add_argument("--acks", default="all", choices=["all", "-1", "0", "1"],
-                   help="acknowledgements to wait for (default all)")
-    p.add_argument("--compression", default="none",
-                   choices=["none", "gzip", "snappy", "lz4", "zstd"],
-                   help="compression.type (default none)")
-    p.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE",
-                   help="any producer config, e.g. linger.ms=20 (repeatable)")
+    p.add_argument(
+        "--acks",
+        default="all",
+        choices=["all", "-1", "0", "1"],
+        help="acknowledgements to wait for (default all)",
+    )
+    p.add_argument(
+        "--compression",
+        default="none",
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="compression.type (default none)",
+    )
+    p.add_argument(
+        "--producer-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any producer config, e.g. linger.ms=20 (repeatable)",
+    )
     p.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     add_bootstrap(p)
     p.set_defaults(func=run)
@@ -105,8 +127,11 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> int:
         headers = tuple((k, v.encode()) for k, v in parse_pairs(args.header, "--header").items())
         config: dict[str, object] = {
-            "bootstrap.servers": args.bootstrap_server, "client.id": "tidegate-produce",
-            "acks": args.acks, "compression.type": args.compression}
+            "bootstrap.servers": args.bootstrap_server,
+            "client.id": "tidegate-produce",
+            "acks": args.acks,
+            "compression.type": args.compression,
+        }
         config.update(parse_pairs(args.producer_property, "--producer-property"))
         sep = args.key_separator.encode() if args.key_separator else None
         if args.file:
@@ -127,24 +152,46 @@ def run(args: argparse.Namespace) -> int:
             await producer.close()
         progress.update(progress.total, lines, final=True)
         if tracker.error is not None:
-            print(f"tidegate produce: {tracker.failed} of {lines} records failed: "
-                  f"{explain(tracker.error)}", file=sys.stderr)
+            print(
+                f"tidegate produce: {tracker.failed} of {lines} records failed: "
+                f"{explain(tracker.error)}",
+                file=sys.stderr,
+            )
             return 1
         return 0
+
     return run_client("produce", main)
 
 
-async def _chunks(stream: IO[bytes]) -> AsyncIterator[list[bytes]]:
+async def _chunks(stream: IO[bytes]) -> AsyncGenerator[list[bytes], None]:
     """Lines of `stream` in chunks, as soon as they are available.
 
     A thread reads with `os.read`, which returns whatever has arrived, so lines typed
     at a terminal or trickling through a pipe are sent at once, while the event loop
-    (and the producer's sender) keeps running during blocking reads."""
+    (and the producer's sender) keeps running during blocking reads.
+
+    The consumer may stop early (a bad line, a failed send): closing this generator
+    tells the thread to stop, and the thread never touches a loop that has gone away,
+    so nothing but the command's own error reaches stderr."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[list[bytes] | BaseException | None] = asyncio.Queue(maxsize=8)
+    stop = threading.Event()
 
-    def put(item: list[bytes] | BaseException | None) -> None:
-        asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+    def put(item: list[bytes] | BaseException | None) -> bool:
+        """Hand `item` to the loop, waiting for room; False once nobody listens."""
+        if stop.is_set():
+            return False
+        coro = queue.put(item)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the loop is closed
+            coro.close()
+            return False
+        try:
+            future.result()
+        except (concurrent.futures.CancelledError, RuntimeError):
+            return False  # the loop shut down (cancelling the put) before it ran
+        return not stop.is_set()
 
     def reader() -> None:
         fd = stream.fileno()
@@ -153,45 +200,59 @@ async def _chunks(stream: IO[bytes]) -> AsyncIterator[list[bytes]]:
             while chunk := os.read(fd, 1 << 18):
                 lines = (rest + chunk).split(b"\n")
                 rest = lines.pop()
-                if lines:
-                    put(lines)
-            put([rest] if rest else None)
-            if rest:
-                put(None)
+                if lines and not put(lines):
+                    return
+            if rest and not put([rest]):
+                return
+            put(None)
         except BaseException as e:  # surfaced in the event loop
             put(e)
 
     threading.Thread(target=reader, name="tidegate-produce-input", daemon=True).start()
-    while (item := await queue.get()) is not None:
-        if isinstance(item, BaseException):
-            raise item
-        yield item
+    try:
+        while (item := await queue.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while not queue.empty():  # unblock a put the thread is waiting on
+            queue.get_nowait()
 
 
-async def _pump(producer: AsyncProducer, args: argparse.Namespace, stream: IO[bytes],
-                sep: bytes | None, headers: tuple[tuple[str, bytes], ...],
-                tracker: Tracker, progress: Progress) -> int:
+async def _pump(
+    producer: AsyncProducer,
+    args: argparse.Namespace,
+    stream: IO[bytes],
+    sep: bytes | None,
+    headers: tuple[tuple[str, bytes], ...],
+    tracker: Tracker,
+    progress: Progress,
+) -> int:
     topic, partition = args.topic, args.partition
     prepare, try_append, append = producer.prepare, producer.try_append, producer.append
     hdrs = headers or None
     lines = 0
     done_bytes = 0
-    async for chunk in _chunks(stream):
-        for line in chunk:
-            lines += 1
-            done_bytes += len(line) + 1
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            key: bytes | None = None
-            if sep is not None:
-                key, found, line = line.partition(sep)
-                if not found:
-                    raise ValueError(f"line {lines} has no key separator {sep.decode()!r}; "
-                                     "every line must look like KEY<SEP>VALUE")
-            prepared = prepare(topic, line, key, hdrs)
-            if not try_append(topic, partition, prepared, None, tracker):
-                await append(topic, partition, prepared, None, tracker)
-        progress.update(done_bytes, lines)
-        if tracker.error is not None:
-            break  # failures are final (the producer already retried): stop early
+    async with contextlib.aclosing(_chunks(stream)) as chunks:
+        async for chunk in chunks:
+            for line in chunk:
+                lines += 1
+                done_bytes += len(line) + 1
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                key: bytes | None = None
+                if sep is not None:
+                    key, found, line = line.partition(sep)
+                    if not found:
+                        raise ValueError(
+                            f"line {lines} has no key separator {sep.decode()!r}; "
+                            "every line must look like KEY<SEP>VALUE"
+                        )
+                prepared = prepare(topic, line, key, hdrs)
+                if not try_append(topic, partition, prepared, None, tracker):
+                    await append(topic, partition, prepared, None, tracker)
+            progress.update(done_bytes, lines)
+            if tracker.error is not None:
+                break  # failures are final (the producer already retried): stop early
     return lines

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import starmap
 
 from tidegate.common.errors import CorruptRecordError, InvalidRecordError
 from tidegate.records.batch import (
@@ -45,10 +46,21 @@ from tidegate.records.varint import (
     decode_varlong_from,
 )
 
-__all__ = ["Header", "Record", "decode_records", "decode_records_section", "iter_batches"]
+__all__ = [
+    "Header",
+    "Record",
+    "RecordTuple",
+    "decode_batch_tuples",
+    "decode_record_tuples",
+    "decode_records",
+    "decode_records_section",
+    "iter_batches",
+]
 
 Buffer = bytes | bytearray | memoryview
 Header = tuple[str, bytes | None]
+# (offset, timestamp, key, value, headers): a `Record`'s fields, see `decode_record_tuples`
+RecordTuple = tuple[int, int, bytes | None, bytes | None, tuple[Header, ...]]
 
 # Smallest possible record: length(1) + attributes(1) + timestampDelta(1) +
 # offsetDelta(1) + keyLength(1) + valueLength(1) + headerCount(1).
@@ -72,13 +84,8 @@ def decode_records(
     buf: Buffer, pos: int = 0, *, check_crc: bool = True
 ) -> tuple[BatchHeader, list[Record]]:
     """Validate the batch at `pos` and decode all of its records."""
-    header = validate_batch(buf, pos, check_crc=check_crc, strict_counts=False)
-    start = pos + HEADER_SIZE
-    end = pos + header.size
-    codec = header.compression
-    section = memoryview(buf)[start:end]
-    data = decompress(codec, section) if codec else bytes(section)  # one copy
-    return header, decode_records_section(header, data)
+    header, records = decode_batch_tuples(buf, pos, check_crc=check_crc)
+    return header, list(starmap(Record, records))
 
 
 def iter_batches(buf: Buffer, pos: int = 0) -> Iterator[tuple[BatchHeader, list[Record]]]:
@@ -106,6 +113,27 @@ def iter_batches(buf: Buffer, pos: int = 0) -> Iterator[tuple[BatchHeader, list[
 
 def decode_records_section(header: BatchHeader, data: bytes) -> list[Record]:
     """Decode the (uncompressed) records section of a batch, given its header."""
+    return list(starmap(Record, decode_record_tuples(header, data)))
+
+
+def decode_batch_tuples(
+    buf: Buffer, pos: int = 0, *, check_crc: bool = True
+) -> tuple[BatchHeader, list[RecordTuple]]:
+    """Like `decode_records`, with each record as a plain `RecordTuple`."""
+    header = validate_batch(buf, pos, check_crc=check_crc, strict_counts=False)
+    start = pos + HEADER_SIZE
+    end = pos + header.size
+    codec = header.compression
+    section = memoryview(buf)[start:end]
+    data = decompress(codec, section) if codec else bytes(section)  # one copy
+    return header, decode_record_tuples(header, data)
+
+
+def decode_record_tuples(header: BatchHeader, data: bytes) -> list[RecordTuple]:
+    """Decode the (uncompressed) records section of a batch into plain
+    ``(offset, timestamp, key, value, headers)`` tuples (absolute offsets and
+    timestamps, as `Record`): the cheapest thing to build per record, for callers
+    (the consumer) that turn each record into an object of their own anyway."""
     count = header.records_count
     n = len(data)
     if count > n // MIN_RECORD_SIZE:
@@ -116,8 +144,7 @@ def decode_records_section(header: BatchHeader, data: bytes) -> list[Record]:
     base_ts = header.base_timestamp
     log_append_ts = header.max_timestamp if header.timestamp_type else None
     zz = UNZIGZAG_1
-    new_record = Record  # a local: cheaper than a global lookup per record
-    records: list[Record] = []
+    records: list[RecordTuple] = []
     append = records.append
     pos = 0
     # Each varint is read inline with one- and two-byte fast paths: a function call per
@@ -220,7 +247,7 @@ def decode_records_section(header: BatchHeader, data: bytes) -> list[Record]:
                     f"read {pos - rec_start}"
                 )
             append(
-                new_record(
+                (
                     base_offset + offset_delta,
                     base_ts + ts_delta if log_append_ts is None else log_append_ts,
                     key,

@@ -11,6 +11,13 @@ are queued in `errors` for `poll()` to raise.
 This is what prefetching means here: as soon as `poll()` takes a partition's last
 buffered record, the loop is woken and fetches more while the application works.
 
+One fetch covers all of a broker's fetchable partitions, and a broker has at most one
+fetch outstanding (as in Kafka: a broker serves a connection's requests in order). A
+fetch that could only long-poll (every partition in it caught up) is held back while
+another partition of that broker is still being read from the buffer, for at most
+``fetch.max.wait.ms``: otherwise a backlogged partition next to idle ones would be
+fetched once per ``fetch.max.wait.ms`` (see `Fetcher._draining_nodes`).
+
 ``isolation.level`` is passed to the broker; control batches are always dropped.
 Filtering records of aborted transactions (read_committed) arrives with the
 transactions work.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from typing import Any
 
@@ -56,8 +64,9 @@ FETCH = 1
 class Fetcher:
     """See the module docstring."""
 
-    def __init__(self, config: ConsumerConfig, metadata: MetadataClient,
-                 assignment: Assignment) -> None:
+    def __init__(
+        self, config: ConsumerConfig, metadata: MetadataClient, assignment: Assignment
+    ) -> None:
         self.config = config
         self.metadata = metadata
         self.assignment = assignment
@@ -67,7 +76,10 @@ class Fetcher:
         self._wake = asyncio.Event()
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._fetching: set[TopicPartition] = set()
+        # node -> when a fetch to it was first held back (see `_draining_nodes`)
+        self._deferred: dict[int, float] = {}
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def start(self) -> None:
         if self._task is None:
@@ -81,6 +93,10 @@ class Fetcher:
         self.buffered.pop(tp, None)
 
     async def close(self) -> None:
+        # The flag, not only cancel(): on Python 3.11 `asyncio.wait_for` swallows a
+        # cancellation that arrives together with the wake-up that a cancelled fetch
+        # sends from its `finally`, and `_run` would then loop on forever.
+        self._closing = True
         tasks = [t for t in (self._task, *self._in_flight.values()) if t is not None]
         for t in tasks:
             t.cancel()
@@ -94,7 +110,7 @@ class Fetcher:
 
     async def _run(self) -> None:
         backoff = self.config.retry_backoff_ms / 1000
-        while True:
+        while not self._closing:
             delay: float | None = None
             try:
                 await self.reset_positions()
@@ -127,19 +143,25 @@ class Fetcher:
             if where is None:
                 if strategy == "none":
                     st.blocked = True
-                    self._report(NoOffsetForPartitionError(
-                        f"{tp.topic}-{tp.partition} has no position and "
-                        "auto.offset.reset=none; seek() to an offset or set "
-                        "auto.offset.reset to earliest or latest"))
+                    self._report(
+                        NoOffsetForPartitionError(
+                            f"{tp.topic}-{tp.partition} has no position and "
+                            "auto.offset.reset=none; seek() to an offset or set "
+                            "auto.offset.reset to earliest or latest"
+                        )
+                    )
                     continue
                 where = EARLIEST if strategy == "earliest" else LATEST
             query[tp] = where
         if not query:
             return
-        found = await list_offsets(self.metadata, query,
-                                   isolation_level=self.config.isolation,
-                                   timeout_ms=self.config.default_api_timeout_ms,
-                                   retry_backoff_ms=self.config.retry_backoff_ms)
+        found = await list_offsets(
+            self.metadata,
+            query,
+            isolation_level=self.config.isolation,
+            timeout_ms=self.config.default_api_timeout_ms,
+            retry_backoff_ms=self.config.retry_backoff_ms,
+        )
         for tp, where in query.items():
             now = self.assignment.partitions.get(tp)
             # Skip partitions unassigned or seeked while we were asking.
@@ -151,6 +173,8 @@ class Fetcher:
                 now.reset_to = None
 
     def _send_fetches(self) -> float | None:
+        if self._closing:
+            return None
         cache = self.metadata.cache
         by_node: dict[int, list[TopicPartition]] = {}
         missing_leader = False
@@ -167,13 +191,57 @@ class Fetcher:
         if cache.needs_update(self.metadata.now_ms()) and -1 not in self._in_flight:
             self.metadata.tracked |= {tp.topic for tp in self.assignment.partitions}
             self._in_flight[-1] = asyncio.get_running_loop().create_task(self._refresh())
+        delay = self.config.retry_backoff_ms / 1000 if missing_leader else None
+        draining = self._draining_nodes() if by_node else set()
+        now = time.monotonic()
         for node, tps in by_node.items():
             if node in self._in_flight:
                 continue
+            if node in draining and all(self._caught_up(tp) for tp in tps):
+                # See `_draining_nodes`: wait for the buffered partition instead of
+                # parking this broker's connection in a long poll.
+                since = self._deferred.setdefault(node, now)
+                left = since + self.config.fetch_max_wait_ms / 1000 - now
+                if left > 0:
+                    delay = left if delay is None else min(delay, left)
+                    continue
+            self._deferred.pop(node, None)
             self._fetching.update(tps)
             task = asyncio.get_running_loop().create_task(self._fetch(node, tps))
             self._in_flight[node] = task
-        return self.config.retry_backoff_ms / 1000 if missing_leader else None
+        return delay
+
+    def _draining_nodes(self) -> set[int]:
+        """Brokers leading a partition whose buffered records the application is still
+        reading (not paused).
+
+        A fetch for only caught-up partitions waits ``fetch.max.wait.ms`` in the broker,
+        and while it does no other fetch goes to that broker: a partition with a backlog
+        that is drained meanwhile would sit idle until the long poll ends (one fetch per
+        ``fetch.max.wait.ms``). So such a fetch is held back until the buffered
+        partition is drained, then all of the broker's partitions go in one request,
+        which the backlog answers at once. The hold lasts at most
+        ``fetch.max.wait.ms``, so new data in the caught-up partitions of a slowly read
+        broker is still seen about as soon as a long poll would have brought it."""
+        cache = self.metadata.cache
+        partitions = self.assignment.partitions
+        nodes: set[int] = set()
+        for tp in self.buffered:
+            st = partitions.get(tp)
+            if st is not None and not st.paused:
+                leader = cache.leader_for(tp)
+                if leader is not None:
+                    nodes.add(leader)
+        return nodes
+
+    def _caught_up(self, tp: TopicPartition) -> bool:
+        """True if the last fetch said `tp` has nothing beyond its position (a fetch for
+        it alone would wait in the broker). Unknown (never fetched) counts as not."""
+        st = self.assignment.partitions[tp]
+        end = st.high_watermark
+        if self.config.isolation and st.last_stable_offset >= 0:
+            end = st.last_stable_offset  # read_committed stops at the LSO
+        return st.position is not None and 0 <= end <= st.position
 
     async def _refresh(self) -> None:
         try:
@@ -185,8 +253,9 @@ class Fetcher:
             self._in_flight.pop(-1, None)
             self.wakeup()
 
-    def _request(self, tps: list[TopicPartition]) -> tuple[dict[str, Any],
-                                                            dict[TopicPartition, int]]:
+    def _request(
+        self, tps: list[TopicPartition]
+    ) -> tuple[dict[str, Any], dict[TopicPartition, int]]:
         cfg = self.config
         offsets: dict[TopicPartition, int] = {}
         topics: dict[str, list[dict[str, Any]]] = {}
@@ -194,18 +263,31 @@ class Fetcher:
             pos = self.assignment.partitions[tp].position
             assert pos is not None
             offsets[tp] = pos
-            topics.setdefault(tp.topic, []).append({
-                "partition": tp.partition, "current_leader_epoch": -1, "fetch_offset": pos,
-                "last_fetched_epoch": -1, "log_start_offset": -1,
-                "partition_max_bytes": cfg.max_partition_fetch_bytes})
+            topics.setdefault(tp.topic, []).append(
+                {
+                    "partition": tp.partition,
+                    "current_leader_epoch": -1,
+                    "fetch_offset": pos,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": cfg.max_partition_fetch_bytes,
+                }
+            )
         cache = self.metadata.cache
         data = {
-            "replica_id": -1, "max_wait": cfg.fetch_max_wait_ms,
-            "min_bytes": cfg.fetch_min_bytes, "max_bytes": cfg.fetch_max_bytes,
-            "isolation_level": cfg.isolation, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": t, "topic_id": cache.topic_id(t), "partitions": ps}
-                       for t, ps in topics.items()],
-            "forgotten_topics_data": [], "rack_id": cfg.client_rack,
+            "replica_id": -1,
+            "max_wait": cfg.fetch_max_wait_ms,
+            "min_bytes": cfg.fetch_min_bytes,
+            "max_bytes": cfg.fetch_max_bytes,
+            "isolation_level": cfg.isolation,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {"topic": t, "topic_id": cache.topic_id(t), "partitions": ps}
+                for t, ps in topics.items()
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": cfg.client_rack,
         }
         return data, offsets
 
@@ -248,14 +330,18 @@ class Fetcher:
                     st.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
                     st.log_start_offset = int(getattr(p, "log_start_offset", -1))
                     try:
-                        records = parse_partition_records(tp, fetch_offset, p.records,
-                                                          self.config.check_crcs)
+                        records = parse_partition_records(
+                            tp, fetch_offset, p.records, self.config.check_crcs
+                        )
                     except (CorruptRecordError, InvalidRecordError) as e:
                         # As Kafka's consumer: raise from poll until the app seeks past.
                         st.blocked = True
-                        self._report(type(e)(
-                            f"{tp.topic}-{tp.partition} at offset {fetch_offset}: {e}; "
-                            "seek() past the bad record to continue"))
+                        self._report(
+                            type(e)(
+                                f"{tp.topic}-{tp.partition} at offset {fetch_offset}: {e}; "
+                                "seek() past the bad record to continue"
+                            )
+                        )
                         continue
                     if records.next_offset > fetch_offset:
                         self.buffered[tp] = records
@@ -265,19 +351,30 @@ class Fetcher:
                 elif code in REFRESH_ERRORS:
                     self.metadata.cache.request_update()
                 elif not code.retriable:
-                    self._report(error_for_code(
-                        code.value, f"fetching {tp.topic}-{tp.partition}: {code.name.upper()}"))
+                    self._report(
+                        error_for_code(
+                            code.value, f"fetching {tp.topic}-{tp.partition}: {code.name.upper()}"
+                        )
+                    )
         if got_data:
             self.data_ready.set()
 
     def _out_of_range(self, tp: TopicPartition, offset: int) -> None:
         strategy = self.config.auto_offset_reset
         if strategy == "none":
-            self._report(OffsetOutOfRangeError(
-                f"fetch offset {offset} is out of range for {tp.topic}-{tp.partition} and "
-                "auto.offset.reset=none; seek() to a valid offset"))
+            self._report(
+                OffsetOutOfRangeError(
+                    f"fetch offset {offset} is out of range for {tp.topic}-{tp.partition} and "
+                    "auto.offset.reset=none; seek() to a valid offset"
+                )
+            )
             self.assignment.partitions[tp].blocked = True
             return
-        log.info("offset %d out of range for %s-%d; resetting to %s", offset, tp.topic,
-                 tp.partition, strategy)
+        log.info(
+            "offset %d out of range for %s-%d; resetting to %s",
+            offset,
+            tp.topic,
+            tp.partition,
+            strategy,
+        )
         self.assignment.request_reset(tp, EARLIEST if strategy == "earliest" else LATEST)

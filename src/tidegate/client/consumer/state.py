@@ -19,14 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import starmap
 
 from tidegate.client.types import ConsumerRecord, TopicPartition
 from tidegate.common.errors import CorruptRecordError
 from tidegate.records.batch import HEADER_SIZE, peek_size
-from tidegate.records.record import Record, decode_records
+from tidegate.records.record import Record, RecordTuple, decode_batch_tuples
 
-__all__ = ["EARLIEST", "LATEST", "Assignment", "PartitionRecords", "PartitionState",
-           "parse_partition_records"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Assignment",
+    "PartitionRecords",
+    "PartitionState",
+    "parse_partition_records",
+]
 
 EARLIEST = -2  # ListOffsets timestamp meaning "log start offset"
 LATEST = -1  # ListOffsets timestamp meaning "high watermark" (or LSO, read_committed)
@@ -59,14 +66,15 @@ class Assignment:
     def state(self, tp: TopicPartition) -> PartitionState:
         st = self.partitions.get(tp)
         if st is None:
-            raise ValueError(f"partition {tp.topic}-{tp.partition} is not assigned to "
-                             "this consumer; call assign() first")
+            raise ValueError(
+                f"partition {tp.topic}-{tp.partition} is not assigned to "
+                "this consumer; call assign() first"
+            )
         return st
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         if offset < 0:
-            raise ValueError(f"cannot seek {tp.topic}-{tp.partition} to negative offset "
-                             f"{offset}")
+            raise ValueError(f"cannot seek {tp.topic}-{tp.partition} to negative offset {offset}")
         st = self.state(tp)
         st.position = offset
         st.reset_to = None
@@ -79,21 +87,32 @@ class Assignment:
         st.blocked = False
 
     def needs_reset(self) -> list[TopicPartition]:
-        return [tp for tp, st in self.partitions.items()
-                if st.position is None and not st.blocked]
+        return [tp for tp, st in self.partitions.items() if st.position is None and not st.blocked]
 
     def fetchable(self) -> list[TopicPartition]:
-        return [tp for tp, st in self.partitions.items()
-                if st.position is not None and not st.paused and not st.blocked]
+        return [
+            tp
+            for tp, st in self.partitions.items()
+            if st.position is not None and not st.paused and not st.blocked
+        ]
 
 
 class PartitionRecords:
-    """The records of one partition from one fetch; see the module docstring."""
+    """The records of one partition from one fetch; see the module docstring.
+
+    Records are kept as the decoder's plain tuples (`records.record.RecordTuple`), so
+    each record costs one object of the caller's choosing when it is handed out: a
+    `ConsumerRecord` from `take`, a `Record` from `take_raw`, and nothing more."""
 
     __slots__ = ("_batch", "_batches", "_index", "fetch_offset", "next_offset", "tp")
 
-    def __init__(self, tp: TopicPartition, fetch_offset: int,
-                 batches: list[tuple[int, list[Record]]], next_offset: int) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        fetch_offset: int,
+        batches: list[tuple[int, list[RecordTuple]]],
+        next_offset: int,
+    ) -> None:
         self.tp = tp
         self.fetch_offset = fetch_offset
         self._batches = batches  # (timestamp_type, records) per data batch, in order
@@ -105,61 +124,64 @@ class PartitionRecords:
     def exhausted(self) -> bool:
         return self._batch >= len(self._batches)
 
+    def _next_slice(self, room: int) -> tuple[int, list[RecordTuple]]:
+        """Up to `room` records of the current batch (with its timestamp type), moving
+        past them."""
+        ts_type, records = self._batches[self._batch]
+        start = self._index
+        stop = start + room
+        if stop >= len(records):
+            self._batch += 1
+            self._index = 0
+            return ts_type, records[start:] if start else records
+        self._index = stop
+        return ts_type, records[start:stop]
+
     def take(self, max_records: int, out: list[ConsumerRecord]) -> int | None:
         """Append up to `max_records` records to `out`; return the new position (None if
         nothing was taken)."""
         topic, partition = self.tp
         position: int | None = None
-        taken = 0
-        batches = self._batches
-        while taken < max_records and self._batch < len(batches):
-            ts_type, records = batches[self._batch]
-            start = self._index
-            stop = min(len(records), start + max_records - taken)
-            for r in records[start:stop]:
-                out.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, ts_type,
-                                          r.key, r.value, r.headers))
-            taken += stop - start
-            if stop >= len(records):
-                self._batch += 1
-                self._index = 0
-            else:
-                self._index = stop
-            if stop > start:
-                position = records[stop - 1].offset + 1
+        left = max_records
+        append = out.append
+        new = ConsumerRecord
+        n_batches = len(self._batches)
+        while left > 0 and self._batch < n_batches:
+            ts_type, records = self._next_slice(left)
+            for offset, timestamp, key, value, headers in records:
+                append(new(topic, partition, offset, timestamp, ts_type, key, value, headers))
+            if records:
+                left -= len(records)
+                position = records[-1][0] + 1
         if self.exhausted:
             position = self.next_offset
         return position
 
     def take_raw(self, max_records: int) -> tuple[list[Record], int | None]:
-        """Like `take`, but return the decoded `Record`s themselves (no new objects)."""
+        """Like `take`, but as `Record`s (no topic, partition or timestamp type)."""
         out: list[Record] = []
         position: int | None = None
-        batches = self._batches
-        while len(out) < max_records and self._batch < len(batches):
-            records = batches[self._batch][1]
-            start = self._index
-            stop = min(len(records), start + max_records - len(out))
-            out.extend(records[start:stop] if start or stop < len(records) else records)
-            if stop >= len(records):
-                self._batch += 1
-                self._index = 0
-            else:
-                self._index = stop
-            if stop > start:
-                position = records[stop - 1].offset + 1
+        left = max_records
+        n_batches = len(self._batches)
+        while left > 0 and self._batch < n_batches:
+            records = self._next_slice(left)[1]
+            out.extend(starmap(Record, records))
+            if records:
+                left -= len(records)
+                position = records[-1][0] + 1
         if self.exhausted:
             position = self.next_offset
         return out, position
 
 
-def parse_partition_records(tp: TopicPartition, fetch_offset: int, data: bytes | None,
-                            check_crcs: bool = True) -> PartitionRecords:
+def parse_partition_records(
+    tp: TopicPartition, fetch_offset: int, data: bytes | None, check_crcs: bool = True
+) -> PartitionRecords:
     """Decode fetched bytes into `PartitionRecords`, dropping control batches and
     records before `fetch_offset`. A partial batch at the end (the broker cuts at the
     fetch size) is ignored. Raises CorruptRecordError / InvalidRecordError for bad data.
     """
-    batches: list[tuple[int, list[Record]]] = []
+    batches: list[tuple[int, list[RecordTuple]]] = []
     next_offset = fetch_offset
     pos = 0
     end = len(data) if data else 0
@@ -167,17 +189,19 @@ def parse_partition_records(tp: TopicPartition, fetch_offset: int, data: bytes |
         size = peek_size(data, pos)
         if size is None or size > end - pos:
             if size is not None and size < HEADER_SIZE:
-                raise CorruptRecordError(f"record batch at byte {pos} of the fetch for "
-                                         f"{tp.topic}-{tp.partition} is too short")
+                raise CorruptRecordError(
+                    f"record batch at byte {pos} of the fetch for "
+                    f"{tp.topic}-{tp.partition} is too short"
+                )
             break
-        header, records = decode_records(data, pos, check_crc=check_crcs)
+        header, records = decode_batch_tuples(data, pos, check_crc=check_crcs)
         pos += size
         if header.next_offset <= fetch_offset:
             continue
         next_offset = header.next_offset
         if header.is_control or not records:
             continue
-        if records[0].offset < fetch_offset:
-            records = [r for r in records if r.offset >= fetch_offset]
+        if records[0][0] < fetch_offset:
+            records = [r for r in records if r[0] >= fetch_offset]
         batches.append((header.timestamp_type, records))
     return PartitionRecords(tp, fetch_offset, batches, next_offset)
