@@ -58,6 +58,12 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "log.flush.interval.ms": ("", "int", "Max ms before unflushed data is fsynced."),
     "log.flush.scheduler.interval.ms": ("1000", "int", "How often the flush scheduler runs."),
     "log.retention.check.interval.ms": ("300000", "int", "How often retention runs."),
+    "log.flush.offset.checkpoint.interval.ms": (
+        "60000",
+        "int",
+        "How often each partition's flushed offset is checkpointed, bounding how much a "
+        "restart after a crash must re-validate.",
+    ),
     "log.cleaner.enable": ("true", "bool", "Run the log cleaner for compacted topics."),
     "log.cleaner.backoff.ms": ("15000", "int", "Sleep between cleaner passes."),
     "fetch.max.bytes": ("57671680", "int", "Largest fetch response."),

@@ -46,6 +46,8 @@ class BrokerApp:
         if self.config.get_bool("log.cleaner.enable"):
             backoff = self.config.get_int("log.cleaner.backoff.ms", 15000) or 15000
             self._tasks.append(asyncio.create_task(self._every(backoff, self._clean)))
+        ckpt = self.config.get_int("log.flush.offset.checkpoint.interval.ms", 60000) or 60000
+        self._tasks.append(asyncio.create_task(self._every(ckpt, self._checkpoint)))
         sched = self.config.get_int("log.flush.scheduler.interval.ms", 1000) or 1000
         self._tasks.append(asyncio.create_task(self._every(sched, self._timed_flush)))
         # -- idempotent producers: expire idle producer state -------------------------
@@ -67,6 +69,9 @@ class BrokerApp:
 
     def _clean(self) -> None:
         self.broker.logs.run_cleaner(self.broker.clock.now_ms())
+
+    def _checkpoint(self) -> None:
+        self.broker.logs.checkpoint_recovery_points()
 
     def _timed_flush(self) -> None:
         now = self.broker.clock.now_ms()
