@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.common.topics import CONSUMER_OFFSETS
 from tidegate.coordinator.group import admin, membership, offsets, rebalance
 from tidegate.coordinator.group.config import GroupConfig
 from tidegate.coordinator.group.messages import (
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC = CONSUMER_OFFSETS
 
 Op = Callable[[GroupShard, int, int], Result[R]]
 

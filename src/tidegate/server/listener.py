@@ -28,7 +28,14 @@ from tidegate.protocol.headers import (
     parse_request_header,
     parse_request_header_prefix,
 )
-from tidegate.protocol.messages import DecodeError, build, decode, encode, request_class
+from tidegate.protocol.messages import (
+    DecodeError,
+    build,
+    decode,
+    encode,
+    request_class,
+    response_class,
+)
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.api_versions import api_keys_payload
@@ -111,7 +118,7 @@ class Connection:
             if header.api_key == API_VERSIONS_KEY:
                 # KIP-511: answer at v0 so any client can read our supported ranges.
                 body = build(
-                    request_class_response_v0(),
+                    response_class(API_VERSIONS_KEY, 0),
                     {"error_code": 35, "api_keys": api_keys_payload(self.broker)},
                 )
                 await self.pending.put((header.correlation_id, False, body))
@@ -162,12 +169,6 @@ class Connection:
             except (ConnectionError, OSError):
                 self.closed = True
                 return
-
-
-def request_class_response_v0() -> Any:
-    from tidegate.protocol.messages import response_class
-
-    return response_class(API_VERSIONS_KEY, 0)
 
 
 class Listener:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from tidegate.common.topics import INTERNAL_TOPICS
+
 __all__ = ["INTERNAL_TOPICS", "SubscriptionState"]
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class SubscriptionState:

@@ -13,12 +13,13 @@ from tidegate.common.errors import (
     KafkaError,
     UnknownTopicOrPartitionError,
 )
+from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID, error_fields
 from tidegate.server.handlers.configs import describe_topic_configs, validate_topic_configs
-from tidegate.server.handlers.metadata import INTERNAL_TOPICS, brokers_payload
+from tidegate.server.handlers.metadata import brokers_payload
 
 log = logging.getLogger(__name__)
 

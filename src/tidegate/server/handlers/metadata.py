@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
@@ -13,7 +14,6 @@ from tidegate.server.handlers.common import ZERO_UUID
 
 log = logging.getLogger(__name__)
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 LEADER_EPOCH = 0
 
 

@@ -11,6 +11,7 @@ answers the log end offset for any epoch >= 0.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
@@ -124,7 +125,10 @@ async def handle_delete_records(broker: Broker, ctx: RequestContext, req: Any) -
                 try:
                     if offset < 0 or offset > lg.high_watermark:
                         raise KafkaError(code=ErrorCode.offset_out_of_range)
-                    out["low_watermark"] = lg.delete_records_before(offset)
+                    # It fsyncs the log-start checkpoint: keep that off the event loop.
+                    out["low_watermark"] = await asyncio.get_running_loop().run_in_executor(
+                        None, lg.delete_records_before, offset
+                    )
                 except KafkaError as e:
                     out["error_code"], _ = error_fields(e)
             parts.append(out)

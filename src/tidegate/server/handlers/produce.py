@@ -24,11 +24,11 @@ import logging
 from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields, resolve_topic
-from tidegate.server.handlers.metadata import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
