@@ -30,6 +30,7 @@ from tidegate.client.errors import (
     ProtocolError,
     RequestTimedOutError,
 )
+from tidegate.client.tasks import cancel_and_wait
 from tidegate.client.types import BrokerInfo
 from tidegate.common.errors import KafkaError, UnsupportedVersionError, error_for_code
 from tidegate.protocol.messages import build, request_class
@@ -195,9 +196,7 @@ class BrokerConnection:
 
     async def close(self) -> None:
         self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed"))
-        self._read_task.cancel()
-        with contextlib.suppress(BaseException):
-            await self._read_task
+        await cancel_and_wait(self._read_task)
         with contextlib.suppress(OSError, RuntimeError):
             await self._writer.wait_closed()
 

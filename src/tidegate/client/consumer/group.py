@@ -28,7 +28,6 @@ for `commit()`, `commit_async()` and `committed()`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -49,6 +48,7 @@ from tidegate.client.consumer.state import Assignment
 from tidegate.client.consumer.subscription import SubscriptionState
 from tidegate.client.metadata import MetadataClient
 from tidegate.client.net import NetworkClient
+from tidegate.client.tasks import cancel_and_wait
 from tidegate.client.types import TopicPartition
 from tidegate.common.errors import KafkaError
 
@@ -414,9 +414,7 @@ class ConsumerCoordinator:
             return
         self._closed = True
         if self._join is not None:
-            self._join.cancel()
-            with contextlib.suppress(BaseException):
-                await self._join
+            await cancel_and_wait(self._join, self.config.request_timeout_ms / 1000)
             self._join = None
         try:
             if self.subscription.active:

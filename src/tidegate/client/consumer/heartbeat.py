@@ -30,6 +30,7 @@ from tidegate.client.config import ConsumerConfig
 from tidegate.client.consumer.coordinator_link import HEARTBEAT, CoordinatorLink
 from tidegate.client.consumer.group_offsets import COORDINATOR_ERRORS, group_error
 from tidegate.client.consumer.membership import Membership, MemberState
+from tidegate.client.tasks import cancel_and_wait
 from tidegate.common.errors import KafkaError
 
 __all__ = ["HeartbeatTask"]
@@ -70,9 +71,7 @@ class HeartbeatTask:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            await cancel_and_wait(task)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
