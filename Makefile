@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run install deps-system lint typecheck layers unit test soak bench clean
+.PHONY: run install deps-system deps-node lint typecheck layers unit test soak bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,16 @@ deps-system:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
+# KafkaJS (tests/integration/test_kafkajs.py) comes from the npm registry; node and npm
+# from Debian's packages if the machine has none.
+KAFKAJS := tests/integration/kafkajs
+deps-node:
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing node and npm (Debian packages)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
+	@[ -d $(KAFKAJS)/node_modules/kafkajs ] || npm ci --prefix $(KAFKAJS) --no-audit --no-fund --loglevel=error
+
 run: install
 	$(BIN)/tidegate serve --override listeners=PLAINTEXT://127.0.0.1:9092 \
 	    --override log.dirs=./tidegate-data $(ARGS)
@@ -39,10 +49,10 @@ layers: install
 unit: install
 	$(BIN)/pytest -q tests/unit
 
-test: install deps-system lint typecheck layers
+test: install deps-system deps-node lint typecheck layers
 	$(BIN)/pytest -q -ra --timeout=600 -m "not slow" tests
 
-soak: install deps-system
+soak: install deps-system deps-node
 	TIDEGATE_SOAK=1 $(BIN)/pytest -q -ra -m slow tests
 
 bench: install
