@@ -80,7 +80,8 @@ def decode(cls: type[Entity], buf: bytes, pos: int = 0, *, strict: bool = False)
     except GuardError as e:
         raise DecodeError(f"malformed {cls.__name__}: {e}") from e
     try:
-        entity, size = _reader(cls)(buf[pos:] if pos else buf, 0)
+        # kio reads at an offset: slicing would copy the whole body (records included).
+        entity, size = _reader(cls)(buf, pos)
     except Exception as e:  # kio raises a variety of errors on malformed input
         raise DecodeError(f"cannot decode {cls.__name__}: {e}") from e
     if strict and size != len(buf) - pos:

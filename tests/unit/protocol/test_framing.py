@@ -38,3 +38,21 @@ def test_partial_frame_waits() -> None:
     assert dec.feed(struct.pack(">i", 10) + b"abc") == []
     assert dec.pending_frame_size() == 10
     assert dec.feed(b"defghij") == [b"abcdefghij"]
+
+
+def test_mutable_chunks_are_copied_not_referenced() -> None:
+    """A caller may reuse its receive buffer: a partial frame must not change with it."""
+    dec = FrameDecoder()
+    chunk = bytearray(struct.pack(">i", 6) + b"abc")
+    assert dec.feed(chunk) == []
+    chunk[4:7] = b"XYZ"
+    assert dec.feed(memoryview(bytearray(b"def"))) == [b"abcdef"]
+    assert dec.buffered == 0
+
+
+def test_size_prefix_split_across_chunks() -> None:
+    dec = FrameDecoder()
+    stream = encode_frame(b"hello") + encode_frame(b"") + encode_frame(b"world")
+    out = [f for b in stream for f in dec.feed(bytes([b]))]
+    assert out == [b"hello", b"", b"world"]
+    assert dec.pending_frame_size() is None
