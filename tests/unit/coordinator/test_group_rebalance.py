@@ -318,6 +318,27 @@ def test_static_member_not_rejoining_stays_until_its_session_ends(h: Harness) ->
     assert h.reply(ta).generation_id == 2
 
 
+def test_static_member_whose_session_ended_while_syncing_still_expires(h: Harness) -> None:
+    """A session that ends while the member is parked in SyncGroup is ignored; when a new
+    rebalance answers that SyncGroup, the member gets a new session (Kafka's
+    propagateAssignment), so a static member that is gone is removed in time instead of
+    holding the group in PreparingRebalance for ever."""
+    ta, _ = h.join_new("g", "a")
+    tb, _ = h.join("g", client="b", instance="i-b")
+    h.advance(7000)  # the initial delay, extended once for b
+    a, b = h.reply(ta), h.reply(tb)
+    assert a.generation_id == b.generation_id == 1 and a.leader == a.member_id
+    sb, _ = h.sync("g", 1, b.member_id, instance="i-b")  # waits for the leader
+    h.advance(100)
+    assert h.heartbeat("g", 1, a.member_id) == ErrorCode.none
+    h.advance(SESSION + 100)  # b's session ends while parked (kept), then a's (removed)
+    g = h.shard.groups["g"]
+    assert h.reply(sb).error == ErrorCode.rebalance_in_progress
+    assert g.state is P and list(g.members) == [b.member_id]
+    h.advance(SESSION + 100)  # b never rejoins: its new session ends
+    assert g.state is E and not g.members
+
+
 def test_group_max_size(tmp_path: Path) -> None:
     h = Harness(tmp_path, GroupConfig(initial_rebalance_delay_ms=0, max_size=1))
     h.join_new("g", "a")

@@ -283,6 +283,12 @@ def prepare_rebalance(shard: GroupShard, group: Group, now: int) -> Result[None]
             if m.sync_waiter is not None:
                 out.replies.append((m.sync_waiter, SyncResponse(ErrorCode.rebalance_in_progress)))
                 m.sync_waiter = None
+                # A session that ended while the member was parked in SyncGroup was
+                # ignored (timeouts.py) and its timer is gone: start a new one, as Kafka's
+                # propagateAssignment does for every member whose SyncGroup it answers.
+                # Without it a static member that never rejoins is never removed, and
+                # the group stays in PreparingRebalance for good.
+                shard.schedule_member(group, m.member_id, now + m.session_timeout_ms)
     group.pending_sync.clear()
     shard.timers.cancel(("sync", group.group_id))
     timeout = group.rebalance_timeout_ms()

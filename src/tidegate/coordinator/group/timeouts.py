@@ -3,7 +3,9 @@
 - ("member", group, id): a member's session ended without a heartbeat (or a pending
   member id was never used): it is removed and the group rebalances. Members that have
   rejoined and wait for the join to complete, or wait in SyncGroup for the leader, are
-  kept: the join's end gives them a new session, the sync deadline bounds the wait.
+  kept (Kafka's hasSatisfiedHeartbeat) and their timer is not renewed: the join's end,
+  and the answer to their SyncGroup (the assignment, or REBALANCE_IN_PROGRESS when a new
+  rebalance starts), give them a new session; the sync deadline bounds the wait.
 - ("join", group): the rebalance timeout (or the initial delay) is over: the join
   completes with whoever rejoined.
 - ("sync", group): members that got the new generation but did not SyncGroup within the
