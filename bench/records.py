@@ -1,19 +1,30 @@
 """Rough build/decode throughput of the records layer (a script, not a test).
 
-    PYTHONPATH=src .venv/bin/python tests/unit/records/bench_records.py
+    .venv/bin/python bench/records.py [--per-record-only]
 
-1000-record batches of 100-byte hex values (about 2:1 compressible) with 8-byte keys;
-prints records/second for Tidegate and, for context, aiokafka's C extension and
-kafka-python's pure-Python implementation. Belongs in bench/ once that exists.
+First, microseconds per record of the two per-record loops, pure Python beside the C
+extension `tidegate.records._speedups` (when built): decoding a records section
+(`decode_record_tuples`) and `BatchBuilder.append`, for 100-byte and 1 KiB values.
+
+Then 1000-record batches of 100-byte hex values (about 2:1 compressible) with 8-byte
+keys: records/second for whole batches (build; decode with CRC check and `Record`
+objects) for Tidegate and, for context, aiokafka's C extension and kafka-python's
+pure-Python implementation.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
+from functools import partial
+from types import ModuleType
 
-from tidegate.records import BatchBuilder, Codec, decode_records
+from tidegate.records import BatchBuilder, Codec, decode_records, parse_header
+from tidegate.records import builder as _builder
+from tidegate.records import record as _record
+from tidegate.records.batch import HEADER_SIZE
 
 N = 1000
 ROUNDS = 30
@@ -87,7 +98,57 @@ def report(codec: Codec) -> None:
         print(f"  kafka-python decode {rate(lambda: kafka_python_decode(buf)):>12,.0f} rec/s")
 
 
+def us_per_record(fn: Callable[[], object]) -> float:
+    return 1e6 / rate(fn)
+
+
+def append_all(cls: type, values: list[bytes]) -> object:
+    b = cls()
+    append = b.append
+    for i in range(N):
+        append(TS0 + i, KEYS[i], values[i])
+    return b
+
+
+def per_record_row(size: int, speedups: ModuleType | None) -> None:
+    values = [os.urandom(size // 2).hex().encode() for _ in range(N)]
+    batch = BatchBuilder()
+    for i in range(N):
+        batch.append(TS0 + i, KEYS[i], values[i])
+    buf = batch.build()
+    header = parse_header(buf)
+    section = bytes(buf[HEADER_SIZE:])
+    py_dec = us_per_record(partial(_record._decode_record_tuples_py, header, section))
+    py_enc = us_per_record(partial(append_all, _builder._PyRecordBuffer, values))
+    c_dec = c_enc = float("nan")
+    if speedups is not None:
+        args = (section, header.records_count, header.base_offset, header.base_timestamp, None)
+        c_dec = us_per_record(partial(speedups.decode_records, *args))
+        c_enc = us_per_record(partial(append_all, speedups.RecordBuffer, values))
+    for name, py, c in (("decode", py_dec, c_dec), ("encode (append)", py_enc, c_enc)):
+        label = f"{name}, {size} B values"
+        print(f"  {label:32}{py:>12.3f}{c:>9.3f}{py / c:>9.1f}x")
+
+
+def per_record_report() -> None:
+    """Pure Python vs C, microseconds per record, for both per-record loops."""
+    speedups: ModuleType | None
+    try:
+        from tidegate.records import _speedups as speedups
+    except ImportError:
+        speedups = None
+    active = "C extension" if _builder.SPEEDUPS else "pure Python"
+    print(f"microseconds per record (BatchBuilder and decode_record_tuples use: {active})")
+    print(f"  {'':32}{'pure Python':>12}{'C':>9}{'speed-up':>10}")
+    for size in (100, 1024):
+        per_record_row(size, speedups)
+    print()
+
+
 def main() -> None:
+    per_record_report()
+    if "--per-record-only" in sys.argv:
+        return
     for codec in (Codec.NONE, Codec.LZ4):
         report(codec)
 

@@ -13,15 +13,22 @@ Invariants of every built batch:
   appended records; an empty batch cannot be built.
 
 `append` either appends the whole record or raises with the builder unchanged.
+
+When the C extension is available (`SPEEDUPS`, see `_accel.py`), `BatchBuilder`'s base
+class is its `RecordBuffer`: `append` (range checks, encoding, timestamp bookkeeping)
+runs in C as one call. Otherwise it is `_PyRecordBuffer`, whose `append` and
+`_encode_record_py` are the reference the C code must match byte for byte.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import crc32c
 
+from tidegate.records import _accel
 from tidegate.records.batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
@@ -43,7 +50,7 @@ from tidegate.records.varint import (
     encode_varlong,
 )
 
-__all__ = ["BatchBuilder", "RecordTuple", "build_batch"]
+__all__ = ["SPEEDUPS", "BatchBuilder", "RecordTuple", "build_batch"]
 
 Header = tuple[str, bytes | None]
 RecordTuple = (
@@ -67,18 +74,136 @@ def _check_range(name: str, value: int, lo: int, hi: int) -> None:
         raise ValueError(f"{name} {value} out of range [{lo}, {hi}]")
 
 
-class BatchBuilder:
-    """Accumulates records for one batch. Not thread-safe; `build()` may be repeated."""
+def _encode_record_py(
+    buf: bytearray,
+    offset_delta: int,
+    ts_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+) -> None:
+    """Append one record (length, attributes 0, deltas, key, value, headers) to `buf`:
+    the pure-Python encoder, the reference the C extension's `encode_record` matches."""
+    enc = ENCODED_SMALL
+    z = (ts_delta << 1) ^ (ts_delta >> 63)
+    ts_bytes = enc[z] if z < _SMALL else encode_varlong(ts_delta)
+    z = offset_delta << 1
+    offset_bytes = enc[z] if z < _SMALL else encode_uvarint(z)
+    if key is None:
+        key_len_bytes = _NULL
+        key = _EMPTY
+    else:
+        z = len(key) << 1
+        key_len_bytes = enc[z] if z < _SMALL else encode_uvarint(z)
+    if value is None:
+        value_len_bytes = _NULL
+        value = _EMPTY
+    else:
+        z = len(value) << 1
+        value_len_bytes = enc[z] if z < _SMALL else encode_uvarint(z)
+    # The body first, then its length: one len() instead of one per field. A bad
+    # argument (e.g. a str value) raises from join before anything changes.
+    body = _EMPTY.join(
+        (
+            _ZERO,
+            ts_bytes,
+            offset_bytes,
+            key_len_bytes,
+            key,
+            value_len_bytes,
+            value,
+            _encode_headers(headers) if headers else _ZERO,
+        )
+    )
+    z = len(body) << 1
+    buf += enc[z] if z < _SMALL else encode_uvarint(z)
+    buf += body
+
+
+def _encode_headers(headers: Sequence[Header]) -> bytes:
+    out = bytearray(encode_uvarint(len(headers) << 1))
+    for name, value in headers:
+        try:
+            raw = name.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"record header key {name!r} cannot be encoded as UTF-8") from exc
+        out += encode_uvarint(len(raw) << 1)
+        out += raw
+        if value is None:
+            out += _NULL
+        else:
+            out += encode_uvarint(len(value) << 1)
+            out += value
+    return bytes(out)
+
+
+class _PyRecordBuffer:
+    """A batch's records section and per-record bookkeeping, in pure Python: the
+    reference for the C extension's `RecordBuffer`, and `BatchBuilder`'s base class
+    when that is not available."""
+
+    __slots__ = ("_base_ts", "_buf", "_count", "_max_ts")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._count = 0
+        self._base_ts = 0
+        self._max_ts = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(
+        self,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header] = (),
+    ) -> int:
+        """Add one record; return its offset delta (0 for the first)."""
+        delta = self._count
+        if not _INT64_MIN <= timestamp <= _INT64_MAX:
+            raise ValueError(f"timestamp {timestamp} out of int64 range")
+        if delta == 0:
+            base_ts = timestamp
+        else:
+            base_ts = self._base_ts
+            if delta >= _INT32_MAX:
+                raise ValueError("a batch holds at most 2**31 - 1 records")
+        _encode_record_py(self._buf, delta, timestamp - base_ts, key, value, headers)
+        if delta == 0:
+            self._base_ts = self._max_ts = timestamp
+        elif timestamp > self._max_ts:
+            self._max_ts = timestamp
+        self._count = delta + 1
+        return delta
+
+    def estimated_size(self) -> int:
+        """Size of the batch if built now without compression (an upper bound, bar a
+        few bytes of codec framing on incompressible data)."""
+        return HEADER_SIZE + len(self._buf)
+
+
+#: True when the C extension encodes records (see `_accel.py`).
+SPEEDUPS = _accel.SPEEDUPS
+if TYPE_CHECKING or _accel.RecordBuffer is None:
+    _RecordBufferBase = _PyRecordBuffer
+else:
+    _RecordBufferBase = _accel.RecordBuffer
+
+
+class BatchBuilder(_RecordBufferBase):
+    """Accumulates records for one batch. Not thread-safe; `build()` may be repeated.
+
+    `append`, `estimated_size` and len() come from the records buffer base class (the C
+    `_speedups.RecordBuffer` or `_PyRecordBuffer`, see the module docstring).
+    """
 
     __slots__ = (
         "_attributes",
         "_base_offset",
         "_base_sequence",
-        "_base_ts",
-        "_buf",
         "_codec",
-        "_count",
-        "_max_ts",
         "_partition_leader_epoch",
         "_producer_epoch",
         "_producer_id",
@@ -116,78 +241,7 @@ class BatchBuilder:
             | (TRANSACTIONAL_MASK if is_transactional else 0)
             | (CONTROL_MASK if is_control else 0)
         )
-        self._buf = bytearray()
-        self._count = 0
-        self._base_ts = 0
-        self._max_ts = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def append(
-        self,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[Header] = (),
-    ) -> int:
-        """Add one record; return its offset delta (0 for the first)."""
-        delta = self._count
-        if not _INT64_MIN <= timestamp <= _INT64_MAX:
-            raise ValueError(f"timestamp {timestamp} out of int64 range")
-        if delta == 0:
-            base_ts = timestamp
-        else:
-            base_ts = self._base_ts
-            if delta >= _INT32_MAX:
-                raise ValueError("a batch holds at most 2**31 - 1 records")
-        ts_delta = timestamp - base_ts
-        enc = ENCODED_SMALL
-        z = (ts_delta << 1) ^ (ts_delta >> 63)
-        ts_bytes = enc[z] if z < _SMALL else encode_varlong(ts_delta)
-        z = delta << 1
-        offset_bytes = enc[z] if z < _SMALL else encode_uvarint(z)
-        if key is None:
-            key_len_bytes = _NULL
-            key = _EMPTY
-        else:
-            z = len(key) << 1
-            key_len_bytes = enc[z] if z < _SMALL else encode_uvarint(z)
-        if value is None:
-            value_len_bytes = _NULL
-            value = _EMPTY
-        else:
-            z = len(value) << 1
-            value_len_bytes = enc[z] if z < _SMALL else encode_uvarint(z)
-        # The body first, then its length: one len() instead of one per field. A bad
-        # argument (e.g. a str value) raises from join before anything changes.
-        body = _EMPTY.join(
-            (
-                _ZERO,
-                ts_bytes,
-                offset_bytes,
-                key_len_bytes,
-                key,
-                value_len_bytes,
-                value,
-                _encode_headers(headers) if headers else _ZERO,
-            )
-        )
-        z = len(body) << 1
-        buf = self._buf
-        buf += enc[z] if z < _SMALL else encode_uvarint(z)
-        buf += body
-        if delta == 0:
-            self._base_ts = self._max_ts = timestamp
-        elif timestamp > self._max_ts:
-            self._max_ts = timestamp
-        self._count = delta + 1
-        return delta
-
-    def estimated_size(self) -> int:
-        """Size of the batch if built now without compression (an upper bound, bar a
-        few bytes of codec framing on incompressible data)."""
-        return HEADER_SIZE + len(self._buf)
+        super().__init__()
 
     def build(self) -> bytes:
         """The complete batch: header, CRC-32C and the (compressed) records section."""
@@ -214,23 +268,6 @@ class BatchBuilder:
         unsigned = _HEADER.pack(*fields)
         fields[4] = crc32c.crc32c(records, crc32c.crc32c(unsigned[ATTRIBUTES_OFFSET:]))
         return _HEADER.pack(*fields) + records
-
-
-def _encode_headers(headers: Sequence[Header]) -> bytes:
-    out = bytearray(encode_uvarint(len(headers) << 1))
-    for name, value in headers:
-        try:
-            raw = name.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"record header key {name!r} cannot be encoded as UTF-8") from exc
-        out += encode_uvarint(len(raw) << 1)
-        out += raw
-        if value is None:
-            out += _NULL
-        else:
-            out += encode_uvarint(len(value) << 1)
-            out += value
-    return bytes(out)
 
 
 def build_batch(

@@ -22,6 +22,10 @@ Invariants:
 - Header keys are decoded as UTF-8 with ``surrogateescape``: a key that is not valid
   UTF-8 (which the Java broker accepts) still decodes, and `builder.py` re-encodes it to
   the same bytes, so decode + rebuild is lossless.
+
+`decode_record_tuples` runs the C extension's `decode_records` when it is available
+(`SPEEDUPS`, see `_accel.py`) and `data` is bytes; `_decode_record_tuples_py` is the
+reference it must match exactly (results, exception classes and messages).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from itertools import starmap
 
 from tidegate.common.errors import CorruptRecordError, InvalidRecordError
+from tidegate.records import _accel
 from tidegate.records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -47,6 +52,7 @@ from tidegate.records.varint import (
 )
 
 __all__ = [
+    "SPEEDUPS",
     "Header",
     "Record",
     "RecordTuple",
@@ -67,6 +73,10 @@ RecordTuple = tuple[int, int, bytes | None, bytes | None, tuple[Header, ...]]
 MIN_RECORD_SIZE = 7
 _MIN_RECORD_BODY = MIN_RECORD_SIZE - 1
 _NO_HEADERS: tuple[Header, ...] = ()
+
+#: True when the C extension decodes records (see `_accel.py`).
+SPEEDUPS = _accel.SPEEDUPS
+_decode_records_c = _accel.decode_records
 
 
 @dataclass(slots=True)
@@ -134,6 +144,19 @@ def decode_record_tuples(header: BatchHeader, data: bytes) -> list[RecordTuple]:
     ``(offset, timestamp, key, value, headers)`` tuples (absolute offsets and
     timestamps, as `Record`): the cheapest thing to build per record, for callers
     (the consumer) that turn each record into an object of their own anyway."""
+    if _decode_records_c is not None and isinstance(data, bytes):
+        return _decode_records_c(
+            data,
+            header.records_count,
+            header.base_offset,
+            header.base_timestamp,
+            header.max_timestamp if header.timestamp_type else None,
+        )
+    return _decode_record_tuples_py(header, data)
+
+
+def _decode_record_tuples_py(header: BatchHeader, data: bytes) -> list[RecordTuple]:
+    """The pure-Python `decode_record_tuples`: the reference the C extension matches."""
     count = header.records_count
     n = len(data)
     if count > n // MIN_RECORD_SIZE:

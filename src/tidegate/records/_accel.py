@@ -1,0 +1,37 @@
+"""Selects the optional C extension `tidegate.records._speedups` (see `_speedups.c`).
+
+When it imports, `record.py` decodes with its `decode_records`, and `builder.py` makes
+its `RecordBuffer` (`append` in C) the base class of `BatchBuilder`. Otherwise both use
+their own pure-Python code, which is always kept: it is the reference the C code must
+match. Setting the environment variable ``TIDEGATE_PURE_PYTHON`` to anything but "" or
+"0" forces the pure-Python code; it is read once, at import.
+
+`SPEEDUPS` (re-exported as `record.SPEEDUPS` and `builder.SPEEDUPS`) says which is active.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+__all__ = ["PURE_PYTHON_ENV", "SPEEDUPS", "RecordBuffer", "decode_records"]
+
+PURE_PYTHON_ENV = "TIDEGATE_PURE_PYTHON"
+
+_Header = tuple[str, bytes | None]
+_RecordTuple = tuple[int, int, bytes | None, bytes | None, tuple[_Header, ...]]
+
+decode_records: Callable[[bytes, int, int, int, int | None], list[_RecordTuple]] | None = None
+RecordBuffer: type | None = None
+
+if os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
+    try:
+        from tidegate.records._speedups import RecordBuffer as _RecordBuffer
+        from tidegate.records._speedups import decode_records as _decode_records
+    except ImportError:  # not built (or built from another version of the source)
+        pass
+    else:
+        decode_records = _decode_records
+        RecordBuffer = _RecordBuffer
+
+SPEEDUPS = decode_records is not None
