@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ __all__ = [
 
 API_VERSIONS = 18
 _INT32_MAX = 2_147_483_647
+_SIZE = struct.Struct(">i")
 
 # The versions this client's code reads and writes, per API key. Request bodies are
 # built version-agnostically (protocol.messages.build), and responses are read with
@@ -127,6 +129,19 @@ class ClientConnection:
         if expect_response:
             self._in_flight.append(InFlight(cid, api_key, version))
         return cid, data
+
+    def send_parts(self, api_key: int, version: int, body: list[bytes], *,
+                   expect_response: bool = True) -> tuple[int, list[bytes]]:
+        """`send_request` for a body the caller encoded, as parts (the producer's: its
+        record batches are not copied into one body): return the correlation id and
+        the frame as parts to write in order."""
+        cid = self._correlation_id()
+        header = encode_request_header(api_key, version, cid, self.client_id,
+                                       is_flexible(api_key, version))
+        size = len(header) + sum(map(len, body))
+        if expect_response:
+            self._in_flight.append(InFlight(cid, api_key, version))
+        return cid, [_SIZE.pack(size) + header, *body]
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[tuple[InFlight, Entity]]:
         """Feed received bytes; return each completed (request, response) in order."""

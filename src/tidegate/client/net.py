@@ -164,6 +164,52 @@ class BrokerConnection:
                 f"request to {self.host}:{self.port} timed out after "
                 f"{int(timeout * 1000)} ms") from None
 
+    def send_encoded(self, api_key: int, version: int, body: list[bytes], *,
+                     timeout_ms: int | None = None, expect_response: bool = True,
+                     ) -> asyncio.Future[Response] | None:
+        """`request` without waiting, for a body the caller encoded at `version` as
+        parts (the producer's sender: see `ClientConnection.send_parts`). The request is
+        written now and its response's future returned (None if no response is
+        expected); the future fails as `request` raises, and after
+        ``request.timeout.ms`` (or `timeout_ms`) the connection is closed, failing
+        everything in flight on it. The write does not wait for the socket buffer to
+        drain: the caller bounds what it has in flight (see `drain`)."""
+        if self._closed is not None:
+            raise KafkaConnectionError(
+                f"connection to {self.host}:{self.port} is closed: {self._closed}")
+        cid, parts = self._proto.send_parts(api_key, version, body,
+                                            expect_response=expect_response)
+        self._writer.writelines(parts)
+        if not expect_response:
+            return None
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Response] = loop.create_future()
+        self._waiters[cid] = fut
+        timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        timer = loop.call_later(timeout, self._expire, fut, api_key, timeout)
+        fut.add_done_callback(lambda _: timer.cancel())
+        return fut
+
+    def write_buffered(self) -> int:
+        """Bytes written but not yet handed to the socket."""
+        return self._writer.transport.get_write_buffer_size()
+
+    async def drain(self) -> None:
+        """Wait until the socket's write buffer is below its high-water mark (as
+        `request` does after each write); KafkaConnectionError if the connection broke."""
+        try:
+            await self._writer.drain()
+        except (OSError, RuntimeError) as e:
+            self._fail(KafkaConnectionError(f"lost connection to {self.host}:{self.port}: {e}"))
+            raise KafkaConnectionError(
+                f"lost connection to {self.host}:{self.port}: {e}") from e
+
+    def _expire(self, fut: asyncio.Future[Response], api_key: int, timeout: float) -> None:
+        if not fut.done():
+            self._fail(RequestTimedOutError(
+                f"no response from {self.host}:{self.port} to API {api_key} within "
+                f"{int(timeout * 1000)} ms (request.timeout.ms); connection closed"))
+
     async def _read_loop(self) -> None:
         try:
             while True:

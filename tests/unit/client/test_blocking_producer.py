@@ -5,7 +5,8 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,57 @@ def test_no_record_is_stranded_between_pumps(broker: FakeBroker) -> None:
                 assert all(f.done() for f in futures)
         p.flush()
         assert all(f.result(0).offset >= 0 for f in futures)
+
+
+class _HookedLock:
+    """The producer's lock, calling `after_exit` each time it is released."""
+
+    def __init__(self, lock: Any, after_exit: Callable[[], None]) -> None:
+        self._lock = lock
+        self._after_exit = after_exit
+
+    def __enter__(self) -> None:
+        self._lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)
+        self._after_exit()
+
+    def acquire(self) -> bool:
+        return bool(self._lock.acquire())
+
+    def release(self) -> None:
+        self._lock.release()
+        self._after_exit()
+
+
+def test_a_pump_that_finished_leaves_the_next_pumps_records_alone() -> None:
+    """A pump hands `_pumping` back and, before it returns, another thread queues a
+    record and starts the next pump: the first must not fail that record."""
+    broker = FakeBroker(topics={"t": 1, "u": 1})
+    host = LoopThread("fake-broker")
+    host.run(broker.start())
+    try:
+        with Producer(bootstrap_servers=broker.bootstrap, linger_ms=0) as p:
+            raced: list[concurrent.futures.Future[object]] = []
+
+            def after_exit() -> None:
+                # On the loop thread, just after a pump emptied the queue: a send to a
+                # topic without metadata yet is queued, and starts a new pump.
+                if not raced and not p._pumping and \
+                        threading.current_thread() is p._loop._thread:
+                    sender = threading.Thread(target=lambda: raced.append(p.send("u", b"2")))
+                    sender.start()
+                    sender.join()
+
+            p._lock = _HookedLock(p._lock, after_exit)  # type: ignore[assignment]
+            first = p.send("t", b"1")  # no metadata yet: queued, so a pump runs
+            p.flush()
+            assert first.result(5).offset == 0
+            assert raced and raced[0].result(5).offset == 0
+    finally:
+        host.run(broker.stop())
+        host.stop()
 
 
 def test_sends_from_several_threads(broker: FakeBroker) -> None:

@@ -7,6 +7,17 @@ and for buffer space, picks a partition (murmur2 of the key, or sticky for unkey
 records — see `partitioner`), appends the record to the accumulator and returns an
 asyncio future of its `RecordMetadata`. The sender task (`sender.Sender`) does the rest.
 
+A send costs a few attribute checks and the record's encoding: the common case (an
+unkeyed bytes value without headers that fits the open batch of its topic's sticky
+partition) runs inline in `send` with one clock read (the record's CreateTime, as
+Java's) and no other call; everything else takes `prepare` + `try_append`. `send`
+never suspends except to wait for metadata or memory, and once whenever a batch fills,
+so the sender task can ship it while the caller keeps appending.
+
+The blocking `Producer` appends from its callers' threads (``threadsafe``): they call
+`try_append` holding the accumulator's lock, which the sender also takes, and wake
+the sender through the loop (`_wake`).
+
 Callbacks (`on_delivery(metadata, error)`) run on the event loop when the record
 completes. `flush()` waits for every record sent before it; `close()` flushes, then
 releases connections; sending after close raises `ClientClosedError`.
@@ -21,6 +32,7 @@ available yet; see `client.config`.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -51,6 +63,8 @@ Prepared = tuple[bytes | None, bytes | None, tuple[Header, ...], int]
 # A batch holding one record without key, value or headers, at most (see
 # `record_size_upper_bound`).
 _EMPTY_RECORD_SIZE = record_size_upper_bound(None, None) + HEADER_SIZE
+_EMPTY_BATCH_RECORD_SIZE = _EMPTY_RECORD_SIZE - HEADER_SIZE
+_Future = asyncio.Future
 _KEY_CACHE_SIZE = 10_000
 
 
@@ -82,6 +96,7 @@ class AsyncProducer:
         self._net = NetworkClient(cfg)
         self._metadata = MetadataClient(self._net, max_age_ms=cfg.metadata_max_age_ms,
                                         retry_backoff_ms=cfg.retry_backoff_ms)
+        self._cache = self._metadata.cache
         self._acc: RecordAccumulator[Completion] = RecordAccumulator(
             batch_size=cfg.batch_size, linger_ms=cfg.linger_ms,
             buffer_memory=cfg.buffer_memory,
@@ -89,8 +104,8 @@ class AsyncProducer:
             retry_backoff_ms=cfg.retry_backoff_ms)
         self._idem = IdempotenceManager() if cfg.enable_idempotence else None
         self._partitioner = StickyPartitioner()
-        # The sticky partition per topic, while its batch fills (see try_append).
-        self._sticky: dict[str, int] = {}
+        # The batch of each topic's sticky partition, while it fills (see _append).
+        self._sticky_batches: dict[str, ProducerBatch[Completion]] = {}
         self._ignore_keys = cfg.partitioner_ignore_keys
         self._key_partitions: dict[bytes, int] = {}
         self._key_partitions_n = 0
@@ -98,6 +113,9 @@ class AsyncProducer:
         self._value_serializer = cfg.value_serializer
         # A record needs a batch of its own, so it must fit in both of these.
         self._max_record_size = min(cfg.max_request_size, cfg.buffer_memory)
+        self._max_batch_record_size = self._max_record_size - HEADER_SIZE
+        # No serializers: `send` may take its inline path.
+        self._plain = cfg.key_serializer is None and cfg.value_serializer is None
         # The loop the producer runs on, set by its first use; its futures belong there.
         self._loop: asyncio.AbstractEventLoop | None = None
         # TopicPartition objects per topic, reused for every record; rebuilt after
@@ -111,6 +129,13 @@ class AsyncProducer:
         self._sender: Sender | None = None
         self._batch_done: asyncio.Event | None = None
         self._closed = False
+        # Set by the blocking `Producer`: other threads call `try_append` (holding
+        # the accumulator's lock), so wakeups from them go through the loop.
+        self.threadsafe = False
+        # Called on the loop thread when a batch finishes (memory may be free).
+        self.on_batch_done: Callable[[], None] | None = None
+        self._loop_thread = -1  # the loop's thread id, once started
+        self._wake_scheduled = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -122,6 +147,7 @@ class AsyncProducer:
     def _ensure_started(self) -> Sender:
         if self._sender is None:
             self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
             self._batch_done = asyncio.Event()
             self._sender = Sender(self.config, self._acc, self._net, self._metadata,
                                   self._on_batch_done, self._idem)
@@ -132,6 +158,8 @@ class AsyncProducer:
         self._incomplete.discard(batch)
         assert self._batch_done is not None
         self._batch_done.set()
+        if self.on_batch_done is not None:
+            self.on_batch_done()
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -173,7 +201,9 @@ class AsyncProducer:
         still unsent after the timeout fail with ClientClosedError."""
         if self._closed:
             return
-        self._closed = True
+        with self._acc.lock:  # a thread appending directly sees either state whole
+            self._closed = True
+            self._sticky_batches.clear()  # `send` then takes the path that raises
         sender = self._sender
         if sender is not None:
             self._acc.closing = True
@@ -226,45 +256,141 @@ class AsyncProducer:
     def try_append(self, topic: str, partition: int | None, prepared: Prepared,
                    timestamp_ms: int | None, token: Completion) -> bool:
         """Append without waiting if metadata and buffer space allow; else False."""
-        if self._metadata.cache.version != self._tps_version:
+        key, value, headers, size = prepared
+        return self._append(topic, partition, key, value, headers, size, timestamp_ms, token)
+
+    def try_append_unkeyed(self, topic: str, value: bytes, timestamp_ms: int | None,
+                           token: Completion) -> bool:
+        """The common case of `try_append`, for a caller that checked the record is
+        one: an unkeyed bytes value without headers or partition, with no serializers
+        configured. Appends it if it fits the open batch of the topic's sticky
+        partition; else False, and the caller goes the general way (`prepare`, whose
+        checks this skips only where they cannot fail, and `try_append`).
+        (`send` has an inline copy of this.)"""
+        batch = self._sticky_batches.get(topic)
+        if batch is None or not batch.open or self._cache.version != self._tps_version \
+                or (self._idem is not None and self._idem.fatal is not None):
+            return False
+        acc = self._acc
+        size = _EMPTY_BATCH_RECORD_SIZE + len(value)
+        if acc.used_memory + size > acc.buffer_memory or size > self._max_batch_record_size \
+                or (batch.size + size > acc.batch_size and not acc.fits(batch, size)):
+            return False
+        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        batch.builder.append(ts, None, value)
+        batch.timestamps.append(ts)
+        batch.tokens.append(token)
+        acc.used_memory += size
+        size = batch.size = batch.size + size
+        if size >= acc.batch_size:
+            self._check_full(batch)
+        return True
+
+    def _append(self, topic: str, partition: int | None, key: bytes | None,
+                value: bytes | None, headers: tuple[Header, ...], size: int,
+                timestamp_ms: int | None, token: Completion) -> bool:
+        """`try_append`'s general case (`size` includes a batch header)."""
+        cache = self._cache
+        if cache.version != self._tps_version:
             self._tps.clear()
-            self._tps_version = self._metadata.cache.version
+            self._sticky_batches.clear()
+            self._tps_version = cache.version
         tps = self._tps.get(topic)
         if tps is None:
-            info = self._metadata.cache.topic(topic)
+            info = cache.topic(topic)
             if info is None or topic not in self._metadata.tracked:
                 return False
             tps = self._tps[topic] = [TopicPartition(topic, p) for p in sorted(info.partitions)]
-        key, value, headers, size = prepared
         n = len(tps)
-        sticky = False
-        if partition is None:
-            if key is None or self._ignore_keys:
-                partition = self._sticky.get(topic)
-                if partition is None or partition >= n:
-                    partition = self._partitioner.partition(topic, n)
-                    self._sticky[topic] = partition
-                sticky = True
-            else:
-                partition = self._partition_for_key(key, n)
-        elif not 0 <= partition < n:
-            return False
         acc = self._acc
         if acc.used_memory + size > acc.buffer_memory and acc.used_memory:
             return False
-        batch, created, full = acc.append(
-            tps[partition], time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms,
-            key, value, headers, token, _now_ms(), size - HEADER_SIZE)
-        if created or full:
-            if created:
-                self._incomplete.add(batch)
-            (self._sender or self._ensure_started()).wakeup()
-            if full:
-                self._should_yield = True
-                if sticky:
-                    self._partitioner.on_new_batch(topic, n, partition)
-                    self._sticky.pop(topic, None)
+        size -= HEADER_SIZE
+        wake = False
+        sticky = partition is None and (key is None or self._ignore_keys)
+        batch: ProducerBatch[Completion] | None = None
+        if sticky:
+            # Sticky partitioning (KIP-480): stay on a partition while its batch takes
+            # records; once that batch is full or gone, move to another partition.
+            prev = self._sticky_batches.get(topic)
+            if prev is not None:
+                if prev.open and prev.tp.partition < n and (
+                        prev.size + size <= acc.batch_size or acc.fits(prev, size)):
+                    batch = prev
+                else:
+                    if prev.open:
+                        prev.open = False  # closed for appends: ready to send
+                        wake = True
+                    self._partitioner.on_new_batch(topic, n, prev.tp.partition)
+            if batch is None:
+                partition = self._partitioner.partition(topic, n)
+        elif partition is None:
+            assert key is not None
+            partition = self._partition_for_key(key, n)
+        elif not 0 <= partition < n:
+            return False
+        created = False
+        queue = None
+        if batch is None:
+            assert partition is not None
+            queue = acc.queue(tps[partition])
+            if queue and queue[-1].open:
+                batch = acc.open_batch(queue, size)
+                wake = wake or batch is None
+            if batch is None:
+                batch = acc.new_batch(tps[partition], queue, _now_ms())
+                created = True
+        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        try:
+            batch.builder.append(ts, key, value, headers)
+        except BaseException:
+            if created:  # leave no empty batch behind
+                assert queue is not None
+                queue.pop()
+                acc.deallocate(batch)
+            raise
+        batch.timestamps.append(ts)
+        batch.tokens.append(token)
+        acc.used_memory += size
+        batch.size += size
+        if sticky and not self._closed:
+            self._sticky_batches[topic] = batch
+        if created:
+            self._incomplete.add(batch)
+        if wake:
+            self._should_yield = True
+        if created or wake:
+            self._wake()
+        if batch.size >= acc.batch_size:
+            self._check_full(batch)
         return True
+
+    def _check_full(self, batch: ProducerBatch[Completion]) -> None:
+        """`batch` may have reached batch.size: if so close it for appends, wake the
+        sender and let it run (`send` yields once)."""
+        if self._acc.resync(batch) >= self._acc.batch_size:
+            batch.open = False
+            self._should_yield = True
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the sender: at once on the loop thread, else (the blocking producer's
+        callers appending directly, see `threadsafe`) by one call_soon_threadsafe
+        per burst of wakeups."""
+        sender = self._sender
+        if sender is None:  # the first append: on the loop thread (see sync.Producer)
+            self._ensure_started().wakeup()
+        elif not self.threadsafe or self._loop_thread == threading.get_ident():
+            sender.wakeup()
+        elif not self._wake_scheduled:
+            assert self._loop is not None
+            self._wake_scheduled = True
+            self._loop.call_soon_threadsafe(self._wake_now)
+
+    def _wake_now(self) -> None:
+        self._wake_scheduled = False
+        if self._sender is not None:
+            self._sender.wakeup()
 
     def _partition_for_key(self, key: bytes, n: int) -> int:
         """`partition_for_key`, remembering recent keys: murmur2 in Python costs more
@@ -280,10 +406,17 @@ class AsyncProducer:
             p = cache[key] = partition_for_key(key, n)
         return p
 
+    def _try_append_locked(self, topic: str, partition: int | None, prepared: Prepared,
+                           timestamp_ms: int | None, token: Completion) -> bool:
+        if not self.threadsafe:
+            return self.try_append(topic, partition, prepared, timestamp_ms, token)
+        with self._acc.lock:
+            return self.try_append(topic, partition, prepared, timestamp_ms, token)
+
     async def append(self, topic: str, partition: int | None, prepared: Prepared,
                      timestamp_ms: int | None, token: Completion) -> None:
         """Append, waiting up to max.block.ms for metadata and buffer space."""
-        if self.try_append(topic, partition, prepared, timestamp_ms, token):
+        if self._try_append_locked(topic, partition, prepared, timestamp_ms, token):
             return
         if self._closed:
             raise ClientClosedError(f"cannot send to {topic!r}: the producer is closed")
@@ -312,7 +445,7 @@ class AsyncProducer:
                 pass
             finally:
                 self._acc.memory_waiters -= 1
-        if not self.try_append(topic, partition, prepared, timestamp_ms, token):
+        if not self._try_append_locked(topic, partition, prepared, timestamp_ms, token):
             await self.append(topic, partition, prepared, timestamp_ms, token)
 
     async def send(self, topic: str, value: object = None, key: object = None, *,
@@ -321,11 +454,40 @@ class AsyncProducer:
                    on_delivery: DeliveryCallback | None = None,
                    ) -> asyncio.Future[RecordMetadata]:
         """Queue a record; return a future of its RecordMetadata (see module docstring)."""
-        prepared = self.prepare(topic, value, key, headers)
         loop = self._loop
+        # The common case first, inline (a copy of `try_append_unkeyed`; `prepare` and
+        # `try_append` do the rest): an unkeyed bytes value without headers that fits
+        # the open batch of its topic's sticky partition. (The sticky batches are
+        # dropped on close, so a closed producer goes the way that raises.)
+        if key is None and type(value) is bytes and partition is None and not headers \
+                and self._plain and loop is not None:
+            batch = self._sticky_batches.get(topic)
+            if batch is not None and batch.open and self._cache.version == self._tps_version \
+                    and (self._idem is None or self._idem.fatal is None):
+                acc = self._acc
+                size = _EMPTY_BATCH_RECORD_SIZE + len(value)
+                if acc.used_memory + size <= acc.buffer_memory \
+                        and size <= self._max_batch_record_size \
+                        and (batch.size + size <= acc.batch_size or acc.fits(batch, size)):
+                    fut: asyncio.Future[RecordMetadata] = _Future(loop=loop)
+                    ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+                    batch.builder.append(ts, None, value)
+                    batch.timestamps.append(ts)
+                    batch.tokens.append(fut)
+                    acc.used_memory += size
+                    size = batch.size = batch.size + size
+                    if on_delivery is not None:
+                        fut.add_done_callback(_callback(on_delivery))
+                    if size >= acc.batch_size:
+                        self._check_full(batch)
+                        if self._should_yield:
+                            self._should_yield = False
+                            await asyncio.sleep(0)
+                    return fut
+        prepared = self.prepare(topic, value, key, headers)
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        fut: asyncio.Future[RecordMetadata] = loop.create_future()
+        fut = _Future(loop=loop)
         if on_delivery is not None:
             fut.add_done_callback(_callback(on_delivery))
         if not self.try_append(topic, partition, prepared, timestamp_ms, fut):

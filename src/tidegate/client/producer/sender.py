@@ -1,10 +1,13 @@
 """The producer's sender task: drains ready batches into Produce requests per broker.
 
 One asyncio task loops: expire batches older than ``delivery.timeout.ms``, ask the
-accumulator which partitions are ready, group them by leader, and for each broker with
-fewer than ``max.in.flight.requests.per.connection`` requests outstanding, drain one
-batch per partition (up to ``max.request.size``) into a Produce request sent by its own
-task, so requests to a broker are pipelined.
+accumulator which partitions are ready, group them by leader, and for each broker, while
+it has fewer than ``max.in.flight.requests.per.connection`` requests outstanding, drain
+one batch per ready partition (up to ``max.request.size``) into a Produce request, so
+requests to a broker are pipelined. A request goes out at once on an open connection
+(`BrokerConnection.send_encoded`, the body encoded by `wire.encode_produce` around the
+batches' bytes, which are not copied) and its response is handled in a callback; only
+opening a connection (or, with acks=0, waiting for the socket to drain) takes a task.
 
 Responses: success completes every record's token with its offset; a retriable error
 puts the batch back at the front of its queue after ``retry.backoff.ms`` while
@@ -27,19 +30,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from tidegate.client.config import ProducerConfig
-from tidegate.client.errors import KafkaTimeoutError
+from tidegate.client.errors import KafkaConnectionError, KafkaTimeoutError
+from tidegate.client.futures import DeliveryFuture
 from tidegate.client.metadata import REFRESH_ERRORS, ZERO_UUID, MetadataClient
-from tidegate.client.net import NetworkClient
+from tidegate.client.net import BrokerConnection, NetworkClient
 from tidegate.client.producer.accumulator import ProducerBatch, RecordAccumulator
 from tidegate.client.producer.idempotence import FatalProducerError, IdempotenceManager, Verdict
+from tidegate.client.producer.wire import TopicData, encode_produce
 from tidegate.client.types import RecordMetadata, TopicPartition
 from tidegate.common.errors import KafkaError, error_for_code
 from tidegate.protocol.messages import ms
@@ -65,6 +73,29 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+_AsyncFuture = asyncio.Future
+_set_async_result = asyncio.Future.set_result
+_exhaust = deque[None](maxlen=0).extend  # runs an iterator to its end, keeping nothing
+_new_tuple = tuple.__new__
+
+
+def _metadata(batch: ProducerBatch[Completion], base_offset: int,
+              log_append_ms: int) -> Iterator[RecordMetadata]:
+    """Each record's RecordMetadata, built in C (no NamedTuple __new__ per record)."""
+    topic, partition = batch.tp
+    n = len(batch.tokens)
+    offsets: Iterable[int] = range(base_offset, base_offset + n) if base_offset >= 0 \
+        else repeat(-1, n)
+    stamps: Iterable[int] = batch.timestamps if log_append_ms < 0 else repeat(log_append_ms, n)
+    return map(_new_tuple, repeat(RecordMetadata),
+               zip(repeat(topic), repeat(partition), offsets, stamps))
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class Sender:
     """See the module docstring."""
 
@@ -79,8 +110,14 @@ class Sender:
         self.net = net
         self.metadata = metadata
         self._on_batch_done = on_batch_done
-        self._wake = asyncio.Event()
+        # The run loop's wait: a future that `wakeup` completes (see `_run`).
+        self._waiter: asyncio.Future[None] | None = None
+        self._woken = False
         self._in_flight: dict[int, int] = {}
+        # Batches of the requests in flight, by request number (failed by `abort`).
+        self._requests: dict[int, list[ProducerBatch[Completion]]] = {}
+        self._request_no = 0
+        self._aborted: BaseException | None = None
         self._muted: set[TopicPartition] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._refresh: asyncio.Task[Any] | None = None
@@ -91,7 +128,11 @@ class Sender:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def wakeup(self) -> None:
-        self._wake.set()
+        if not self._woken:
+            self._woken = True
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     @property
     def in_flight(self) -> int:
@@ -106,8 +147,13 @@ class Sender:
 
     async def abort(self, exc: BaseException) -> None:
         """Fail everything queued and in flight; stop the task."""
+        self._aborted = exc
         for batch in self.acc.abort_all():
             self._fail(batch, exc)
+        for batches in list(self._requests.values()):
+            for batch in batches:
+                if not batch.done:
+                    self._fail(batch, exc)
         for task in list(self._tasks):
             task.cancel()
         if self._init is not None:
@@ -118,16 +164,26 @@ class Sender:
                 await self._task
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while True:
+                self._woken = False
                 timeout = self._run_once()
-                # In-flight counts drop (in `_produce`'s finally) before the wakeup;
-                # the task set only empties after it, so it cannot be the test here.
+                # In-flight counts drop (in `_finish_request`) before the wakeup.
                 if self._stopping and not self.acc.has_unsent() and self.in_flight == 0:
                     break
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                self._wake.clear()
+                if self._woken:
+                    await asyncio.sleep(0)  # woken while sending: look again, after others
+                    continue
+                waiter = self._waiter = loop.create_future()
+                timer = None if timeout is None else \
+                    loop.call_later(timeout, _set_done, waiter)
+                try:
+                    await waiter
+                finally:
+                    self._waiter = None
+                    if timer is not None:
+                        timer.cancel()
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug here would hang every send(): fail loudly instead
@@ -141,18 +197,19 @@ class Sender:
         a wakeup)."""
         now = _now_ms()
         cfg = self.config
-        for batch in self.acc.expired(now, cfg.delivery_timeout_ms):
+        acc = self.acc
+        for batch in acc.expired(now, cfg.delivery_timeout_ms):
             self._fail(batch, self._expiry_error(batch, now))
         idem = self.idem
         if idem is not None:
             if idem.fatal is not None:
-                for batch in self.acc.abort_all():
+                for batch in acc.abort_all():
                     self._fail(batch, idem.fatal)
-            elif idem.needs_producer_id and self.in_flight == 0 and self.acc.has_unsent() \
+            elif idem.needs_producer_id and self.in_flight == 0 and acc.has_unsent() \
                     and (self._init is None or self._init.done()):
                 self._init = asyncio.get_running_loop().create_task(self._init_producer_id())
         self._maybe_refresh_metadata()
-        ready, next_ms = self.acc.ready(now, self._muted)
+        ready, next_ms = acc.ready(now, self._muted)
         by_node: dict[int, list[TopicPartition]] = {}
         unknown_leader = False
         cache = self.metadata.cache
@@ -166,22 +223,129 @@ class Sender:
             cache.request_update()
             self._maybe_refresh_metadata()
             next_ms = min(next_ms or cfg.retry_backoff_ms, cfg.retry_backoff_ms)
+        max_in_flight = cfg.max_in_flight_requests_per_connection
         for node, tps in by_node.items():
-            if self._in_flight.get(node, 0) >= cfg.max_in_flight_requests_per_connection:
-                continue
-            batches = self.acc.drain(tps, cfg.max_request_size, now, idem)
-            if not batches:
-                continue
-            if cfg.max_in_flight_requests_per_connection == 1:
-                self._muted.update(b.tp for b in batches)
-            self._in_flight[node] = self._in_flight.get(node, 0) + 1
-            task = asyncio.get_running_loop().create_task(self._produce(node, batches))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            # Fill the pipeline: requests while the broker may take more and partitions
+            # have ready batches (each request: one batch per partition).
+            while self._in_flight.get(node, 0) < max_in_flight:
+                batches = acc.drain(tps, cfg.max_request_size, now, idem)
+                if not batches:
+                    break
+                self._send(node, batches)
+                tps = acc.ready_among(tps, now, self._muted)
+                if not tps:
+                    break
         if next_ms is None:
             # Nothing is waiting; still wake up for delivery timeouts of queued batches.
-            return None if not self.acc.has_unsent() else cfg.retry_backoff_ms / 1000
+            return None if not acc.has_unsent() else cfg.retry_backoff_ms / 1000
         return max(next_ms, 1) / 1000
+
+    def _send(self, node: int, batches: list[ProducerBatch[Completion]]) -> None:
+        """Send one Produce request of `batches` to `node`; its outcome comes to
+        `_finish_request`."""
+        for b in batches:
+            b.attempts += 1
+        if self.config.max_in_flight_requests_per_connection == 1:
+            self._muted.update(b.tp for b in batches)
+        self._in_flight[node] = self._in_flight.get(node, 0) + 1
+        self._request_no += 1
+        no = self._request_no
+        self._requests[no] = batches
+        conn = self.net.connection_if_open(node)
+        if conn is None:
+            task = asyncio.get_running_loop().create_task(self._connect_and_send(node, no))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._send_on(conn, node, no)
+
+    async def _connect_and_send(self, node: int, no: int) -> None:
+        try:
+            conn = await self.net.connect(node)
+        except BaseException as e:
+            self._finish_request(node, no, None, e)
+            if not isinstance(e, Exception):
+                raise
+            return
+        self._send_on(conn, node, no)
+
+    def _send_on(self, conn: BrokerConnection, node: int, no: int) -> None:
+        cfg = self.config
+        acks0 = cfg.acks == 0
+        try:
+            version = conn.version(PRODUCE)
+            body = encode_produce(version, cfg.acks, cfg.request_timeout_ms,
+                                  self._topic_data(self._requests[no]))
+            fut = conn.send_encoded(PRODUCE, version, body, expect_response=not acks0)
+        except Exception as e:
+            self._finish_request(node, no, None, e)
+            return
+        if fut is not None:
+            fut.add_done_callback(functools.partial(self._on_response, node, no))
+        elif not conn.write_buffered():
+            self._finish_request(node, no, None, None)  # acks=0: written is done
+        else:  # acks=0 and the socket is behind: done once it caught up (back-pressure)
+            task = asyncio.get_running_loop().create_task(self._drain(conn, node, no))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _drain(self, conn: BrokerConnection, node: int, no: int) -> None:
+        try:
+            await conn.drain()
+        except BaseException as e:
+            self._finish_request(node, no, None, e)
+            if not isinstance(e, Exception):
+                raise
+            return
+        self._finish_request(node, no, None, None)
+
+    def _on_response(self, node: int, no: int, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            self._finish_request(node, no, None, KafkaConnectionError("request cancelled"))
+        elif (exc := fut.exception()) is not None:
+            self._finish_request(node, no, None, exc)
+        else:
+            self._finish_request(node, no, fut.result(), None)
+
+    def _finish_request(self, node: int, no: int, resp: Any,
+                        exc: BaseException | None) -> None:
+        """A request's outcome: `resp` (None with acks=0) or `exc`."""
+        sent = self._requests.pop(no, [])
+        batches = [b for b in sent if not b.done]
+        try:
+            if not batches:
+                pass
+            elif self._aborted is not None:
+                for b in batches:
+                    self._fail(b, self._aborted)
+            elif exc is None:
+                if resp is None:
+                    for b in batches:
+                        self._complete(b, -1, -1)
+                else:
+                    self._handle_response(batches, resp)
+            elif isinstance(exc, KafkaError):
+                self.metadata.cache.request_update()
+                for b in batches:
+                    if not b.done:
+                        self._retry_or_fail(b, exc)
+            else:
+                if isinstance(exc, Exception):  # unexpected: fail, leave no future hanging
+                    log.error("produce request failed unexpectedly", exc_info=exc)
+                for b in batches:
+                    if not b.done:
+                        self._fail(b, exc)
+        except Exception as e:
+            log.exception("handling a produce response failed unexpectedly")
+            for b in batches:
+                if not b.done:
+                    self._fail(b, e)
+        finally:
+            self._in_flight[node] -= 1
+            if self._muted:
+                for b in sent:
+                    self._muted.discard(b.tp)
+            self.wakeup()
 
     def _maybe_refresh_metadata(self) -> None:
         if self._refresh is not None and not self._refresh.done():
@@ -264,48 +428,14 @@ class Sender:
             f"{now - batch.created_ms} ms have passed since batch creation "
             f"(delivery.timeout.ms={self.config.delivery_timeout_ms})")
 
-    def _request_data(self, batches: list[ProducerBatch[Completion]]) -> dict[str, Any]:
-        topics: dict[str, list[dict[str, Any]]] = {}
+    def _topic_data(self, batches: list[ProducerBatch[Completion]]) -> list[TopicData]:
+        """The request's batches by topic, for `encode_produce`."""
+        topics: dict[str, list[tuple[int, bytes]]] = {}
         for b in batches:
-            topics.setdefault(b.tp.topic, []).append(
-                {"index": b.tp.partition, "records": b.payload})
-        cache = self.metadata.cache
-        return {
-            "transactional_id": None,
-            "acks": self.config.acks,
-            "timeout": self.config.request_timeout_ms,
-            "topic_data": [{"name": t, "topic_id": cache.topic_id(t), "partition_data": parts}
-                           for t, parts in topics.items()],
-        }
-
-    async def _produce(self, node: int, batches: list[ProducerBatch[Completion]]) -> None:
-        try:
-            for b in batches:
-                b.attempts += 1
-            conn = await self.net.connect(node)
-            acks0 = self.config.acks == 0
-            resp = await conn.request(PRODUCE, self._request_data(batches),
-                                      expect_response=not acks0)
-            if acks0:
-                for b in batches:
-                    self._complete(b, -1, -1)
-            else:
-                self._handle_response(batches, resp)
-        except KafkaError as e:
-            self.metadata.cache.request_update()
-            for b in batches:
-                if not b.done:
-                    self._retry_or_fail(b, e)
-        except Exception as e:  # unexpected: fail rather than leave futures hanging
-            log.exception("produce request failed unexpectedly")
-            for b in batches:
-                if not b.done:
-                    self._fail(b, e)
-        finally:
-            self._in_flight[node] -= 1
-            for b in batches:
-                self._muted.discard(b.tp)
-            self.wakeup()
+            assert b.payload is not None
+            topics.setdefault(b.tp.topic, []).append((b.tp.partition, b.payload))
+        topic_id = self.metadata.cache.topic_id
+        return [(t, topic_id(t), parts) for t, parts in topics.items()]
 
     def _handle_response(self, batches: list[ProducerBatch[Completion]], resp: Any) -> None:
         names = self.metadata.cache.names_by_id
@@ -370,17 +500,26 @@ class Sender:
 
     def _complete(self, batch: ProducerBatch[Completion], base_offset: int,
                   log_append_ms: int) -> None:
-        topic, partition = batch.tp
-        new = tuple.__new__  # RecordMetadata(...) without NamedTuple's Python __new__
-        offset = base_offset if base_offset >= 0 else -1
-        step = 1 if base_offset >= 0 else 0
-        for ts, token in zip(batch.timestamps, batch.tokens):
-            try:
-                token.set_result(new(RecordMetadata, (
-                    topic, partition, offset, ts if log_append_ms < 0 else log_append_ms)))
-            except Exception:  # InvalidStateError: cancelled by the user
-                pass
-            offset += step
+        tokens = batch.tokens
+        kind: type[Any] | None = type(tokens[0]) if tokens else None
+        try:
+            if kind is _AsyncFuture:
+                # One C-level pass: no Python frame per record.
+                _exhaust(map(_set_async_result, tokens,  # type: ignore[arg-type]
+                             _metadata(batch, base_offset, log_append_ms)))
+            elif kind is not None and issubclass(kind, DeliveryFuture):
+                DeliveryFuture.set_results(tokens, _metadata(batch, base_offset, log_append_ms))
+            else:
+                raise TypeError
+        except Exception:
+            # A token cancelled by its user (InvalidStateError), or of another kind:
+            # one at a time, skipping those already done.
+            for token, md in zip(tokens, _metadata(batch, base_offset, log_append_ms)):
+                if not token.done():
+                    try:
+                        token.set_result(md)
+                    except Exception:
+                        pass
         if self.idem is not None:
             self.idem.on_complete(batch)
         self._finish(batch)
