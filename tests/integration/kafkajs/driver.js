@@ -129,7 +129,9 @@ if (!commands[cmd]) {
   console.error(`unknown command ${cmd}; expected one of ${Object.keys(commands).join(', ')}`)
   process.exit(2)
 }
-commands[cmd](...args).then(() => process.exit(0)).catch((e) => {
+// process.exit() does not wait for queued writes to a pipe: exit once stdout drained.
+const exit = (code) => process.stdout.write('', () => process.exit(code))
+commands[cmd](...args).then(() => exit(0)).catch((e) => {
   console.error(e && e.stack ? e.stack : e)
-  process.exit(1)
+  exit(1)
 })
