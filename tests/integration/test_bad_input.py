@@ -221,3 +221,74 @@ def test_internal_topics_are_protected(shared_broker: BrokerProcess) -> None:
     assert r.responses[0].error_code == 17
     c.close()
     _healthy(shared_broker)
+
+
+def _produce_response(c: RawClient, topic: str, records: bytes) -> object:
+    r = c.call(
+        0,
+        9,
+        {
+            "acks": -1,
+            "timeout": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+        },
+    )
+    return r.responses[0].partition_responses[0]
+
+
+def _corrupt_records_valid_crc() -> bytes:
+    from tidegate.records.batch import HEADER_SIZE, compute_crc
+
+    batch = bytearray(build_batch([(1_700_000_000_000, b"k", b"v" * 20, ())]))
+    batch[HEADER_SIZE] = 0x7E  # the first record's length varint: 63, past the batch's end
+    struct.pack_into(">I", batch, 17, compute_crc(batch, 0, len(batch)))
+    return bytes(batch)
+
+
+def test_bad_records_inside_a_valid_batch(shared_broker: BrokerProcess) -> None:
+    """Valid CRC but corrupt records, a keyless record on a compacted topic and a zstd
+    bomb: each gets its Kafka error code, nothing is written, the broker keeps serving."""
+    from tidegate.records.compression import Codec
+
+    c = RawClient(shared_broker.bootstrap)
+    try:
+        c.call(3, 12, {"topics": [{"name": "badrecords"}], "allow_auto_topic_creation": True})
+        r = c.call(
+            19,
+            5,
+            {
+                "topics": [
+                    {
+                        "name": "compactedbad",
+                        "num_partitions": 1,
+                        "replication_factor": 1,
+                        "assignments": [],
+                        "configs": [{"name": "cleanup.policy", "value": "compact"}],
+                    }
+                ],
+                "timeout_ms": 5000,
+                "validate_only": False,
+            },
+        )
+        assert r.topics[0].error_code == 0, r
+        part = _produce_response(c, "badrecords", _corrupt_records_valid_crc())
+        assert part.error_code == 2, part  # CORRUPT_MESSAGE
+        keyless = build_batch(
+            [(1_700_000_000_000, b"k", b"v", ()), (1_700_000_000_001, None, b"w", ())]
+        )
+        part = _produce_response(c, "compactedbad", keyless)
+        assert part.error_code == 87, part  # INVALID_RECORD
+        assert [e.batch_index for e in part.record_errors] == [1]
+        assert "without key" in (part.record_errors[0].batch_index_error_message or "")
+        bomb = build_batch([(1_700_000_000_000, b"k", bytes(65 << 20), ())], compression=Codec.ZSTD)
+        assert len(bomb) < 1 << 20
+        part = _produce_response(c, "badrecords", bomb)
+        assert part.error_code == 87, part
+        # keyed records are fine on the compacted topic
+        ok = _produce_response(
+            c, "compactedbad", build_batch([(1_700_000_000_000, b"k", b"v", ())])
+        )
+        assert ok.error_code == 0 and ok.base_offset == 0, ok
+    finally:
+        c.close()
+    _healthy(shared_broker, "badrecords")

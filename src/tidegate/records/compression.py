@@ -19,6 +19,14 @@ Default levels follow Kafka's producer defaults: gzip 6, lz4 fast mode, zstd 3.
 
 Invariant: `decompress` raises `CorruptRecordError` (never a codec library exception)
 for any input it cannot decode, and always returns `bytes`.
+
+Bounded output: `decompress(..., max_size=n)` never holds more than `n` bytes of output
+(a compression bomb is stopped once it has produced `n` bytes, not after inflating it):
+it decompresses into a buffer sized from a hint (the gzip ISIZE trailer, the zstd/LZ4
+frame content size, the snappy length prefixes, else a multiple of the input) and, when
+that buffer is too small, retries with one four times larger, up to `n`. Output over `n`
+raises `DecompressedSizeError` (INVALID_RECORD: not retriable, so a producer fails fast
+instead of resending the same batch until its delivery timeout).
 """
 
 from __future__ import annotations
@@ -28,11 +36,15 @@ import struct
 
 import cramjam
 
-from tidegate.common.errors import CorruptRecordError, InvalidConfigError
+from tidegate.common.errors import CorruptRecordError, InvalidConfigError, InvalidRecordError
 
-__all__ = ["Codec", "codec_from_name", "compress", "decompress"]
+__all__ = ["Codec", "DecompressedSizeError", "codec_from_name", "compress", "decompress"]
 
 Buffer = bytes | bytearray | memoryview
+
+
+class DecompressedSizeError(InvalidRecordError):
+    """Decompressed record data would exceed the caller's `max_size` (INVALID_RECORD)."""
 
 
 class Codec(enum.IntEnum):
@@ -104,11 +116,14 @@ def compress(codec: Codec, data: Buffer, *, level: int | None = None) -> bytes:
     raise ValueError(f"unknown codec {codec!r}")
 
 
-def decompress(codec: Codec | int, data: Buffer) -> bytes:
-    """Decompress a records section; CorruptRecordError if it is not valid `codec` data."""
+def decompress(codec: Codec | int, data: Buffer, *, max_size: int | None = None) -> bytes:
+    """Decompress a records section; CorruptRecordError if it is not valid `codec` data,
+    DecompressedSizeError if `max_size` is given and the output would be larger."""
     if codec == Codec.NONE:
         return bytes(data)
     try:
+        if max_size is not None:
+            return _decompress_bounded(Codec(codec), data, max_size)
         if codec == Codec.GZIP:
             return bytes(cramjam.gzip.decompress(data))
         if codec == Codec.SNAPPY:
@@ -117,14 +132,87 @@ def decompress(codec: Codec | int, data: Buffer) -> bytes:
             return bytes(cramjam.lz4.decompress(data))
         if codec == Codec.ZSTD:
             return bytes(cramjam.zstd.decompress(data))
-    except CorruptRecordError:
+    except (CorruptRecordError, DecompressedSizeError):
         raise
     except Exception as exc:
         # cramjam raises DecompressionError, but also ValueError/OverflowError for some
         # malformed inputs depending on version; any failure here means corrupt data.
+        if not 0 <= int(codec) <= 4:
+            raise CorruptRecordError(f"unknown compression codec id {int(codec)}") from None
         name = Codec(codec).name.lower()
         raise CorruptRecordError(f"cannot decompress {name} record data: {exc}") from exc
     raise CorruptRecordError(f"unknown compression codec id {int(codec)}")
+
+
+# cramjam's *_into functions stop, with this message, once the output buffer is full.
+_BUFFER_FULL = "failed to write whole buffer"
+_MIN_GUESS = 64 * 1024
+_GUESS_RATIO = 8
+_GROWTH = 4
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+
+def _decompress_bounded(codec: Codec, data: Buffer, max_size: int) -> bytes:
+    if codec == Codec.SNAPPY:
+        return _snappy_decompress(data, max_size)
+    if codec == Codec.GZIP:
+        into, hint = cramjam.gzip.decompress_into, _gzip_size_hint(data)
+    elif codec == Codec.LZ4:
+        into, hint = cramjam.lz4.decompress_into, _lz4_size_hint(data)
+    elif codec == Codec.ZSTD:
+        into, hint = cramjam.zstd.decompress_into, _zstd_size_hint(data)
+    else:
+        raise CorruptRecordError(f"unknown compression codec id {int(codec)}")
+    if hint is None:
+        hint = max(_MIN_GUESS, _GUESS_RATIO * len(data))
+    size = max(0, min(max_size, hint))
+    while True:
+        buf = bytearray(size)
+        try:
+            n = into(data, buf)
+        except Exception as exc:
+            if _BUFFER_FULL not in str(exc):
+                raise
+            if size >= max_size:
+                raise DecompressedSizeError(
+                    f"{codec.name.lower()} record data decompresses to more than {max_size} bytes"
+                ) from None
+            size = min(max_size, max(size * _GROWTH, _MIN_GUESS))
+            continue
+        return bytes(buf) if n == size else bytes(memoryview(buf)[:n])
+
+
+def _gzip_size_hint(data: Buffer) -> int | None:
+    # ISIZE, the last 4 bytes: the (last member's) uncompressed size mod 2**32.
+    if len(data) < 18:
+        return None
+    return int.from_bytes(memoryview(data)[-4:], "little") or None
+
+
+def _zstd_size_hint(data: Buffer) -> int | None:
+    """The first frame's Frame_Content_Size, when its header has one (RFC 8878 3.1.1)."""
+    view = memoryview(data)
+    if len(view) < 6 or view[:4] != _ZSTD_MAGIC:
+        return None
+    fhd = view[4]
+    single_segment = (fhd >> 5) & 1
+    fcs_size = (1 if single_segment else 0, 2, 4, 8)[fhd >> 6]
+    if not fcs_size:
+        return None
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 3]
+    if len(view) < pos + fcs_size:
+        return None
+    value = int.from_bytes(view[pos : pos + fcs_size], "little")
+    return value + 256 if fcs_size == 2 else value
+
+
+def _lz4_size_hint(data: Buffer) -> int | None:
+    """The frame's content size, when its FLG byte says it is present (bit 3)."""
+    view = memoryview(data)
+    if len(view) < 15 or view[:4] != _LZ4_MAGIC or not view[4] & 0x08:
+        return None
+    return int.from_bytes(view[6:14], "little")
 
 
 def _xerial_compress(data: Buffer) -> bytes:
@@ -137,10 +225,16 @@ def _xerial_compress(data: Buffer) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decompress(data: Buffer) -> bytes:
+def _snappy_decompress(data: Buffer, max_size: int | None = None) -> bytes:
+    """Raw or xerial snappy. With `max_size`, every block's declared (raw snappy length
+    prefix) size is added up and checked before anything is decompressed."""
     view = memoryview(data)
     if len(view) < XERIAL_HEADER_SIZE or view[:8] != XERIAL_MAGIC:
+        if max_size is not None:
+            _check_snappy_total(cramjam.snappy.decompress_raw_len(view), max_size)
         return bytes(cramjam.snappy.decompress_raw(view))
+    if max_size is not None:
+        _check_snappy_total(_xerial_total(view), max_size)
     parts = []
     pos = XERIAL_HEADER_SIZE
     end = len(view)
@@ -157,3 +251,24 @@ def _snappy_decompress(data: Buffer) -> bytes:
         parts.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + length])))
         pos += length
     return b"".join(parts)
+
+
+def _xerial_total(view: memoryview) -> int:
+    total = 0
+    pos = XERIAL_HEADER_SIZE
+    end = len(view)
+    while pos + 4 <= end:
+        (length,) = _BLOCK_LEN.unpack_from(view, pos)
+        pos += 4
+        if length < 0 or length > end - pos:
+            break  # reported by the decoding loop
+        total += cramjam.snappy.decompress_raw_len(view[pos : pos + length])
+        pos += length
+    return total
+
+
+def _check_snappy_total(total: int, max_size: int) -> None:
+    if total > max_size:
+        raise DecompressedSizeError(
+            f"snappy record data decompresses to {total} bytes, more than {max_size}"
+        )

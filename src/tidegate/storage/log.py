@@ -53,6 +53,7 @@ from tidegate.storage.config import LogConfig
 from tidegate.storage.errors import RecordListTooLargeError
 from tidegate.storage.files import atomic_write, fsync_dir, parse_partition_dir
 from tidegate.storage.producer_state import DuplicateBatch, ProducerStateManager
+from tidegate.storage.record_checks import BatchRecords, validate_records
 from tidegate.storage.recovery import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_FILE,
@@ -204,7 +205,7 @@ class Log:
         single_batch: bool = False,
     ) -> AppendInfo:
         """Validate producer batches, check producer sequences, assign offsets, append.
-        No fsync, no record decoding.
+        No fsync. Every record is decoded once to be checked (`record_checks`).
 
         The whole request is rejected (nothing appended) if any batch is invalid; a
         producer's retry of a cached batch is answered with `duplicate` set. An
@@ -221,7 +222,10 @@ class Log:
             raise RecordListTooLargeError(
                 f"{len(view)} bytes of batches exceed segment.bytes ({cfg.segment_bytes})"
             )
-        return self._append(bytearray(view), found, now, leader_epoch, from_client=True)
+        checked = validate_records(view, found, cfg)  # decodes every record (record_checks)
+        return self._append(
+            bytearray(view), found, now, leader_epoch, from_client=True, records=checked
+        )
 
     def append_control(
         self, data: bytes, *, now_ms: int | None = None, coordinator_epoch: int | None = None
@@ -255,6 +259,7 @@ class Log:
         *,
         from_client: bool,
         coordinator_epoch: int | None = None,
+        records: list[BatchRecords] | None = None,
     ) -> AppendInfo:
         cfg = self._config
         log_append = cfg.log_append_time
@@ -270,7 +275,7 @@ class Log:
                     if dup is not None:  # only ever the request's single batch
                         return self._duplicate(dup, log_append)
             if from_client:
-                check_timestamps([h for _, h in found], now, cfg)
+                check_timestamps([h for _, h in found], now, cfg, records)
             headers = assign_offsets(
                 buf,
                 positions,

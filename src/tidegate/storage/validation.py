@@ -3,8 +3,9 @@
 `validate_producer_batches` runs before the log's lock is taken and before anything is
 copied: the whole request is rejected if any batch is bad (framing, magic, CRC, counts
 via `batch.validate_batch`; size against max.message.bytes; control batches; the shape
-of idempotent batches). `check_timestamps` (CreateTime timestamps against
-message.timestamp.before/after.max.ms) runs under the lock after the producer-state
+of idempotent batches); then `record_checks.validate_records` decodes every record of
+every batch (see there). `check_timestamps` (every record's CreateTime timestamp
+against message.timestamp.before/after.max.ms) runs under the lock after the producer-state
 check, as in Kafka, so the retry of a batch already written is answered as a duplicate
 even if its timestamps have since gone out of range. `assign_offsets` patches a private
 copy in place: offsets (not covered by the CRC), leader epoch, LogAppendTime (re-CRCs
@@ -33,8 +34,11 @@ from tidegate.records.batch import (
 )
 from tidegate.storage.config import LONG_MAX, LogConfig
 from tidegate.storage.errors import InvalidTimestampError
+from tidegate.storage.record_checks import BatchRecords, RecordTimestampError
 
 __all__ = ["assign_offsets", "check_timestamps", "validate_producer_batches"]
+
+NO_TIMESTAMP = -1
 
 Buffer = bytes | bytearray | memoryview
 
@@ -73,15 +77,42 @@ def validate_producer_batches(
     return found
 
 
-def check_timestamps(headers: list[BatchHeader], now: int, config: LogConfig) -> None:
-    """CreateTime timestamps within message.timestamp.before/after.max.ms of `now`."""
-    # Kafka checks every record; the header's first and max timestamps cover the usual
-    # cases (producers set the base timestamp to the first record's) without decoding.
+def check_timestamps(
+    headers: list[BatchHeader],
+    now: int,
+    config: LogConfig,
+    records: list[BatchRecords] | None = None,
+) -> None:
+    """CreateTime timestamps within message.timestamp.before/after.max.ms of `now`: every
+    record's (from `record_checks.validate_records`, when given; out-of-range ones become
+    record errors, as Kafka's), then each header's first and max timestamps."""
     if config.log_append_time:
         return
     before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
     if before == LONG_MAX and after == LONG_MAX:
         return
+    lo = now - before if before != LONG_MAX else None
+    hi = now + after if after != LONG_MAX else None
+    for batch in records or ():
+        if not batch.timestamps:
+            continue
+        if (lo is None or batch.min_timestamp >= lo) and (hi is None or batch.max_timestamp <= hi):
+            continue
+        errors = [
+            (
+                i,
+                f"Timestamp {ts} of message with offset delta {i} is out of range. The "
+                f"timestamp should be within [{now - before}, {now + after}]",
+            )
+            for i, ts in enumerate(batch.timestamps)
+            # -1 (NO_TIMESTAMP) is not checked, as in Kafka.
+            if ts != NO_TIMESTAMP and ((lo is not None and ts < lo) or (hi is not None and ts > hi))
+        ]
+        if errors:
+            raise RecordTimestampError(
+                "One or more records have been rejected due to invalid timestamp: " + errors[0][1],
+                record_errors=errors,
+            )
     for header in headers:
         for ts in (header.base_timestamp, header.max_timestamp):
             if ts < 0:

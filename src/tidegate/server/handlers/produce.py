@@ -12,7 +12,10 @@ producer-state checks raise typed errors that become the partition's error code
 (OUT_OF_ORDER_SEQUENCE_NUMBER 45, DUPLICATE_SEQUENCE_NUMBER 46 for a retry older than
 the cached batches, INVALID_PRODUCER_EPOCH 47; a batch with a producer id but no
 sequence is INVALID_RECORD; UNKNOWN_PRODUCER_ID 59 is not sent, since like Kafka >= 2.5
-the log accepts an unknown producer at any sequence). A retry of a cached batch is not
+the log accepts an unknown producer at any sequence). Every record is checked
+(`storage.record_checks`); records rejected one by one (a null key on a compacted topic,
+a timestamp out of range) are listed in the partition's record_errors (v8+), each with
+its index in the batch, as Kafka does. A retry of a cached batch is not
 written again and is answered NONE with the original base offset, as Kafka does; under
 acks=all it is answered only once that original data is durable, like the first send.
 """
@@ -29,6 +32,7 @@ from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields, resolve_topic
+from tidegate.storage.record_checks import RecordValidationError
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +118,13 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     ctx.client_id,
                     msg,
                 )
-                results.append((key, _partition_result(index, code, msg)))
+                result = _partition_result(index, code, msg)
+                if isinstance(e, RecordValidationError):
+                    result["record_errors"] = [
+                        {"batch_index": i, "batch_index_error_message": m}
+                        for i, m in e.record_errors
+                    ]
+                results.append((key, result))
                 continue
             except OSError as e:
                 log.error("storage error appending to %s-%d: %s", name, index, e)
