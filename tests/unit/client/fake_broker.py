@@ -9,8 +9,10 @@ pipelining and version negotiation deterministically.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,3 +243,18 @@ class FakeBroker:
 
 
 __all__ = ["FakeBroker"]
+
+
+@contextlib.contextmanager
+def on_loop_thread(topics: dict[str, int]) -> Iterator[FakeBroker]:
+    """A `FakeBroker` served from its own loop thread, for blocking-client tests."""
+    from tidegate.client.sync import LoopThread
+
+    host = LoopThread("fake-broker")
+    b = FakeBroker(topics=topics)
+    host.run(b.start())
+    try:
+        yield b
+    finally:
+        host.run(b.stop())
+        host.stop()

@@ -15,19 +15,13 @@ from tidegate.client.errors import ClientClosedError
 from tidegate.client.futures import DeliveryFuture, FutureGroup
 from tidegate.client.sync import LoopThread
 
-from .fake_broker import FakeBroker
+from .fake_broker import FakeBroker, on_loop_thread
 
 
 @pytest.fixture
 def broker() -> Iterator[FakeBroker]:
-    host = LoopThread("fake-broker")
-    b = FakeBroker(topics={"t": 2})
-    host.run(b.start())
-    try:
+    with on_loop_thread({"t": 2}) as b:
         yield b
-    finally:
-        host.run(b.stop())
-        host.stop()
 
 
 def test_no_record_is_stranded_between_pumps(broker: FakeBroker) -> None:

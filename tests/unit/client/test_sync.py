@@ -12,19 +12,13 @@ from tidegate.client.errors import ClientClosedError
 from tidegate.client.sync import LoopThread
 from tidegate.common.errors import MessageTooLargeError
 
-from .fake_broker import FakeBroker
+from .fake_broker import FakeBroker, on_loop_thread
 
 
 @pytest.fixture
 def broker() -> Iterator[FakeBroker]:
-    host = LoopThread("fake-broker")
-    b = FakeBroker(topics={"t": 3})
-    host.run(b.start())
-    try:
+    with on_loop_thread({"t": 3}) as b:
         yield b
-    finally:
-        host.run(b.stop())
-        host.stop()
 
 
 def test_blocking_producer_and_consumer(broker: FakeBroker) -> None:

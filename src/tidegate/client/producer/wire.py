@@ -18,6 +18,8 @@ import struct
 import uuid
 from collections.abc import Sequence
 
+from tidegate.records.varint import encode_uvarint as _uvarint
+
 __all__ = ["MAX_VERSION", "MIN_VERSION", "encode_produce"]
 
 MIN_VERSION = 3
@@ -34,15 +36,6 @@ _NO_TAGS = b"\x00"
 PartitionData = tuple[int, bytes]
 # (topic name, topic id, partitions)
 TopicData = tuple[str, uuid.UUID, Sequence[PartitionData]]
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def encode_produce(version: int, acks: int, timeout_ms: int, topics: Sequence[TopicData],

@@ -21,6 +21,7 @@ from tidegate.coordinator.group.messages import (
     SyncRequest,
     SyncResponse,
 )
+from tidegate.coordinator.group.model import Group, Member
 from tidegate.coordinator.group.rebalance import (
     after_member_removed,
     group_record,
@@ -39,18 +40,10 @@ def sync(shard: GroupShard, req: SyncRequest, token: int, now: int) -> Result[Sy
     def error(code: ErrorCode) -> Result[SyncResponse]:
         return Result(SyncResponse(code))
 
-    if not req.group_id:
-        return error(ErrorCode.invalid_group_id)
-    group = shard.groups.get(req.group_id)
-    if group is None:
-        return error(ErrorCode.unknown_member_id)
-    if group.static_member_fenced(req.group_instance_id, req.member_id):
-        return error(ErrorCode.fenced_instance_id)
-    member = group.members.get(req.member_id)
-    if member is None:
-        return error(ErrorCode.unknown_member_id)
-    if req.generation_id != group.generation:
-        return error(ErrorCode.illegal_generation)
+    found = _current_member(shard, req)
+    if isinstance(found, ErrorCode):
+        return error(found)
+    group, member = found
     if req.protocol_type is not None and req.protocol_type != group.protocol_type:
         return error(ErrorCode.inconsistent_group_protocol)
     if req.protocol_name is not None and req.protocol_name != group.protocol:
@@ -83,6 +76,26 @@ def sync(shard: GroupShard, req: SyncRequest, token: int, now: int) -> Result[Sy
     return out
 
 
+def _current_member(
+    shard: GroupShard, req: SyncRequest | HeartbeatRequest
+) -> tuple[Group, Member] | ErrorCode:
+    """The request's group and member if it names a current member of the current
+    generation; otherwise the error code Kafka answers, checked in Kafka's order."""
+    if not req.group_id:
+        return ErrorCode.invalid_group_id
+    group = shard.groups.get(req.group_id)
+    if group is None:
+        return ErrorCode.unknown_member_id
+    if group.static_member_fenced(req.group_instance_id, req.member_id):
+        return ErrorCode.fenced_instance_id
+    member = group.members.get(req.member_id)
+    if member is None:
+        return ErrorCode.unknown_member_id
+    if req.generation_id != group.generation:
+        return ErrorCode.illegal_generation
+    return group, member
+
+
 def _synced(shard: GroupShard, group_id: str, member_id: str) -> None:
     group = shard.groups[group_id]
     group.pending_sync.discard(member_id)
@@ -91,18 +104,10 @@ def _synced(shard: GroupShard, group_id: str, member_id: str) -> None:
 
 
 def heartbeat(shard: GroupShard, req: HeartbeatRequest, now: int) -> Result[ErrorCode]:
-    if not req.group_id:
-        return Result(ErrorCode.invalid_group_id)
-    group = shard.groups.get(req.group_id)
-    if group is None:
-        return Result(ErrorCode.unknown_member_id)
-    if group.static_member_fenced(req.group_instance_id, req.member_id):
-        return Result(ErrorCode.fenced_instance_id)
-    member = group.members.get(req.member_id)
-    if member is None:
-        return Result(ErrorCode.unknown_member_id)
-    if req.generation_id != group.generation:
-        return Result(ErrorCode.illegal_generation)
+    found = _current_member(shard, req)
+    if isinstance(found, ErrorCode):
+        return Result(found)
+    group, member = found
     if group.state is GroupState.EMPTY:
         return Result(ErrorCode.unknown_member_id)
     shard.schedule_member(group, member.member_id, now + member.session_timeout_ms)

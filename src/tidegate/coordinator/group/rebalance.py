@@ -24,7 +24,7 @@ the group's live rebalance state directly (see `model.py`).
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tidegate.common.errors import ErrorCode
 from tidegate.coordinator.group.config import NEW_MEMBER_JOIN_TIMEOUT_MS
@@ -168,10 +168,9 @@ def _member_list(group: Group) -> tuple[JoinedMember, ...]:
     )
 
 
-def _add_member(
-    shard: GroupShard, group: Group, member_id: str, req: JoinRequest, token: int, now: int
-) -> Result[JoinResponse]:
-    member = Member(
+def _member_from(req: JoinRequest, member_id: str, **state: Any) -> Member:
+    """A member as its JoinGroup request describes it, plus `state` (waiter, ...)."""
+    return Member(
         member_id=member_id,
         group_instance_id=req.group_instance_id,
         client_id=req.client_id,
@@ -180,9 +179,14 @@ def _add_member(
         session_timeout_ms=req.session_timeout_ms,
         protocol_type=req.protocol_type,
         protocols=req.protocols,
-        join_waiter=token,
-        is_new=True,
+        **state,
     )
+
+
+def _add_member(
+    shard: GroupShard, group: Group, member_id: str, req: JoinRequest, token: int, now: int
+) -> Result[JoinResponse]:
+    member = _member_from(req, member_id, join_waiter=token, is_new=True)
     if group.state is _P and group.generation == 0:
         group.new_member_added = True
     group.add(member)
@@ -229,17 +233,7 @@ def _static_rejoin(
     if old.sync_waiter is not None:
         out.replies.append((old.sync_waiter, SyncResponse(ErrorCode.fenced_instance_id)))
     previous_leader = group.leader or ""
-    new = Member(
-        member_id=new_id,
-        group_instance_id=req.group_instance_id,
-        client_id=req.client_id,
-        client_host=req.client_host,
-        rebalance_timeout_ms=req.rebalance_timeout_ms,
-        session_timeout_ms=req.session_timeout_ms,
-        protocol_type=req.protocol_type,
-        protocols=req.protocols,
-        assignment=old.assignment,
-    )
+    new = _member_from(req, new_id, assignment=old.assignment)
     group.members = {(new_id if k == old_id else k): (new if k == old_id else m)
                      for k, m in group.members.items()}
     assert req.group_instance_id is not None
