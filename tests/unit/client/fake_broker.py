@@ -248,7 +248,7 @@ __all__ = ["FakeBroker"]
 @contextlib.contextmanager
 def on_loop_thread(topics: dict[str, int]) -> Iterator[FakeBroker]:
     """A `FakeBroker` served from its own loop thread, for blocking-client tests."""
-    from tidegate.client.sync import LoopThread
+    from tidegate.client.loop_thread import LoopThread
 
     host = LoopThread("fake-broker")
     b = FakeBroker(topics=topics)

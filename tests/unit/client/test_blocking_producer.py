@@ -13,7 +13,7 @@ import pytest
 from tidegate.client import Consumer, Producer, TopicPartition
 from tidegate.client.errors import ClientClosedError
 from tidegate.client.futures import DeliveryFuture, FutureGroup
-from tidegate.client.sync import LoopThread
+from tidegate.client.loop_thread import LoopThread
 
 from .fake_broker import FakeBroker, on_loop_thread
 

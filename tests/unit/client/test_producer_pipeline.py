@@ -22,7 +22,7 @@ import pytest
 from tidegate.client import AsyncProducer, Producer
 from tidegate.client.errors import ClientClosedError, KafkaTimeoutError
 from tidegate.client.futures import DeliveryFuture, FutureGroup
-from tidegate.client.sync import LoopThread
+from tidegate.client.loop_thread import LoopThread
 from tidegate.records.record import iter_batches
 
 from .fake_broker import FakeBroker

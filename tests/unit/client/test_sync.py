@@ -9,7 +9,7 @@ import pytest
 
 from tidegate.client import Consumer, Producer, RecordMetadata, TopicPartition
 from tidegate.client.errors import ClientClosedError
-from tidegate.client.sync import LoopThread
+from tidegate.client.loop_thread import LoopThread
 from tidegate.common.errors import MessageTooLargeError
 
 from .fake_broker import FakeBroker, on_loop_thread

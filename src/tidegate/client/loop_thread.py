@@ -1,0 +1,75 @@
+"""`LoopThread`: a private event loop in a daemon thread, on which the blocking
+facades (`sync.Consumer`, `sync.Admin`, `producer.blocking.Producer`) run the asyncio
+clients' code. `run` executes a coroutine there and waits; calling it from the loop
+thread itself (e.g. from a delivery callback) raises RuntimeError instead of
+deadlocking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from tidegate.client.errors import ClientClosedError
+
+__all__ = ["LoopThread"]
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop in a daemon thread; `run` executes a coroutine there."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._what = name.removeprefix("tidegate-")  # "producer", "consumer", "admin"
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self.loop.is_closed() or not self._thread.is_alive():
+            coro.close()
+            raise ClientClosedError(f"the {self._what} is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the loop thread and wait for its result."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a blocking client method was called from the client's own "
+                               "loop thread (e.g. from a delivery callback)")
+        fut = self._submit(coro)
+        try:
+            return fut.result(timeout)
+        except BaseException:
+            fut.cancel()
+            raise
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start `coro` on the loop thread; ClientClosedError once the client closed."""
+        return self._submit(coro)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run a plain function on the loop thread (for state the loop owns)."""
+        async def wrapper() -> T:
+            return fn()
+        return self.run(wrapper())
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+            self.loop.close()
