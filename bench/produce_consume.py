@@ -1,11 +1,17 @@
 """Produce and consume throughput of a Tidegate broker, beside the disk's own bandwidth.
 
 confluent-kafka (librdkafka) is the load generator so the client is not what is
-measured. 1 KiB records, acks=all. In the same run the disk under the data directory
-is measured writing 1 MiB blocks with an fdatasync after each (what the broker must
-do to acknowledge a request durably) and with a single fdatasync at the end.
+measured. 1 KiB records, produced to its own topic in each of three modes: acks=all,
+acks=1 (on one node both are answered once the data is fsynced and below the high
+watermark), and acks=1 to a topic with a relaxed flush policy (`flush.messages` > 1:
+answered after the write, flushed in the background); `--rounds` rounds of the three
+in rotating order, median and range printed. The first acks=all topic is then consumed,
+and each mode's round trip is timed with one record per request, each waited for
+(where acks=1 pays its fsync). In the same run the disk under the data directory is
+measured writing 1 MiB blocks with an fdatasync after each (what the broker must do to
+acknowledge a request durably) and with a single fdatasync at the end.
 
-    .venv/bin/python bench/produce_consume.py [--records 300000] [--partitions 3]
+    .venv/bin/python bench/produce_consume.py [--records 300000] [--partitions 3] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.conftest import BrokerProcess
+
+RELAXED_FLUSH_MESSAGES = 10_000
 
 
 def disk_bandwidth(directory: Path, total_mb: int, sync_each: bool) -> float:
@@ -41,13 +50,13 @@ def disk_bandwidth(directory: Path, total_mb: int, sync_each: bool) -> float:
     return total_mb / elapsed
 
 
-def produce(bootstrap: str, topic: str, n: int, size: int) -> float:
+def produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
     from confluent_kafka import Producer
 
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "acks": "all",
+            "acks": acks,
             "linger.ms": 5,
             "batch.size": 1_000_000,
             "compression.type": "none",
@@ -104,16 +113,51 @@ def consume(bootstrap: str, topic: str, n: int, size: int, partitions: int) -> f
     return n * size / elapsed / 1e6
 
 
+# (label, acks, topic config): the produce modes compared in one run
+MODES: list[tuple[str, str, dict[str, str]]] = [
+    ("acks=all, fsynced", "all", {}),
+    ("acks=1", "1", {}),
+    (
+        f"acks=1, flush.messages={RELAXED_FLUSH_MESSAGES}",
+        "1",
+        {"flush.messages": str(RELAXED_FLUSH_MESSAGES)},
+    ),
+]
+
+
+def round_trip_ms(bootstrap: str, topic: str, acks: str, n: int) -> list[float]:
+    """One 1 KiB record per request, each waited for: what a caller that needs the
+    answer before going on sees (and what acks=1 now pays, an fsync)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0})
+    payload = os.urandom(1024)
+    p.produce(topic, payload, partition=0)  # connect and fetch metadata first
+    p.flush(30)
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        p.produce(topic, payload, partition=0)
+        if p.flush(30):
+            raise SystemExit("round trip: not delivered")
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--disk-mb", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the produce modes")
+    ap.add_argument("--round-trips", type=int, default=500)
     args = ap.parse_args()
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    rates: dict[str, list[float]] = {label: [] for label, _a, _c in MODES}
+    trips: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("TIDEGATE_BENCH_DIR")) as tmp:
         data = Path(tmp) / "data"
         data.mkdir()
@@ -122,26 +166,53 @@ def main() -> None:
         broker = BrokerProcess(data)
         broker.start()
         try:
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            admin.create_topics([NewTopic("bench", args.partitions, 1)])["bench"].result(30)
-            prod = produce(broker.bootstrap, "bench", args.records, args.size)
-            cons = consume(broker.bootstrap, "bench", args.records, args.size, args.partitions)
+            b = broker.bootstrap
+            admin = AdminClient({"bootstrap.servers": b})
+            topics = [
+                NewTopic(f"bench-{m}-{r}", args.partitions, 1, config=MODES[m][2])
+                for r in range(args.rounds)
+                for m in range(len(MODES))
+            ]
+            for fut in admin.create_topics(topics).values():
+                fut.result(30)
+            for r in range(args.rounds):
+                for k in range(len(MODES)):  # rotate the order: no mode always goes first
+                    m = (r + k) % len(MODES)
+                    label, acks, _config = MODES[m]
+                    topic = f"bench-{m}-{r}"
+                    rates[label].append(produce(b, topic, args.records, args.size, acks))
+            cons = consume(b, "bench-0-0", args.records, args.size, args.partitions)
+            for m, (label, acks, _config) in enumerate(MODES):
+                trips[label] = round_trip_ms(b, f"bench-{m}-0", acks, args.round_trips)
         finally:
             broker.stop()
     mb = args.records * args.size / 1e6
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.python_version()}")
     print(
         f"workload: {args.records} records x {args.size} B = {mb:.0f} MB, "
-        f"{args.partitions} partitions, acks=all, confluent-kafka load generator"
+        f"{args.partitions} partitions, confluent-kafka load generator, "
+        f"{args.rounds} rounds per produce mode in rotating order (median, min-max)"
     )
-    print(f"{'measurement':<44}{'MB/s':>10}{'vs disk':>10}")
-    print(f"{'disk: 1 MiB writes + fdatasync each':<44}{disk_sync:>10.1f}{1.0:>10.2f}")
+    print(f"{'measurement':<48}{'MB/s':>10}{'vs disk':>10}   range")
+    print(f"{'disk: 1 MiB writes + fdatasync each':<48}{disk_sync:>10.1f}{1.0:>10.2f}")
     print(
-        f"{'disk: 1 MiB writes, one fdatasync':<44}{disk_raw:>10.1f}{disk_raw / disk_sync:>10.2f}"
+        f"{'disk: 1 MiB writes, one fdatasync':<48}{disk_raw:>10.1f}{disk_raw / disk_sync:>10.2f}"
     )
-    print(f"{'tidegate produce (acks=all, fsynced)':<44}{prod:>10.1f}{prod / disk_sync:>10.2f}")
-    print(f"{'tidegate consume':<44}{cons:>10.1f}{cons / disk_sync:>10.2f}")
-    print(f"consume/produce ratio: {cons / prod:.2f}")
+    medians = {}
+    for label, values in rates.items():
+        med = medians[label] = statistics.median(values)
+        print(
+            f"{'tidegate produce (' + label + ')':<48}{med:>10.1f}{med / disk_sync:>10.2f}"
+            f"   {min(values):.0f}-{max(values):.0f}"
+        )
+    print(f"{'tidegate consume':<48}{cons:>10.1f}{cons / disk_sync:>10.2f}")
+    all_rate, one_rate = medians[MODES[0][0]], medians[MODES[1][0]]
+    ratio = one_rate / all_rate
+    print(f"consume/produce ratio: {cons / all_rate:.2f}; acks=1 / acks=all: {ratio:.2f}")
+    print(f"round trip, one 1 KiB record per request ({args.round_trips} each), ms:")
+    for label, values in trips.items():
+        q = statistics.quantiles(values, n=100)
+        print(f"  {label:<46}median {statistics.median(values):6.2f}   p99 {q[98]:6.2f}")
 
 
 if __name__ == "__main__":

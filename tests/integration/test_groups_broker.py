@@ -686,8 +686,9 @@ def test_raw_api_versions_clients_rarely_use(broker: BrokerProcess) -> None:
     r = c.call(10, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})
     assert [(x.key, int(x.node_id), x.error_code.value) for x in r.coordinators] == [
         ("a", 1, 0), ("b", 1, 0)]
-    r = c.call(10, 4, {"key_type": 1, "coordinator_keys": ["txn"]})
-    assert r.coordinators[0].error_code.name == "coordinator_not_available"
+    r = c.call(10, 4, {"key_type": 1, "coordinator_keys": ["txn", ""]})
+    assert [(x.key, int(x.node_id), x.error_code.name) for x in r.coordinators] == [
+        ("txn", 1, "none"), ("", -1, "invalid_request")]
     topic_id = c.call(3, 12, {"topics": [{"name": "raw"}], "allow_auto_topic_creation": False,
                               "include_topic_authorized_operations": False}).topics[0].topic_id
     # OffsetCommit v10 names topics by id; v9 by name.

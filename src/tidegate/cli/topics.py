@@ -4,6 +4,9 @@ Mirrors `kafka-topics.sh` / `kafka-configs.sh` on top of the admin client. Every
 subcommand takes `--bootstrap-server` (default localhost:9092). Failures print one
 line saying what went wrong and what to do, and exit non-zero.
 
+`describe` ends with one line per broker log directory: its free space (DescribeLogDirs
+v4) and a warning when that is under the broker's `log.dir.free.space.warn.bytes`.
+
 This module also holds the two helpers the client commands share (`add_bootstrap`,
 `run_client`), to keep the CLI to one module per command.
 """
@@ -18,10 +21,11 @@ from typing import Any
 
 from tidegate.client.admin import AsyncAdmin
 from tidegate.client.errors import ConfigError, explain
-from tidegate.client.types import ConfigResource, NewTopic
+from tidegate.client.types import ConfigResource, LogDirDescription, NewTopic
 from tidegate.common.errors import KafkaError
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
+FREE_SPACE_WARN_KEY = "log.dir.free.space.warn.bytes"
 
 
 def add_bootstrap(p: argparse.ArgumentParser) -> None:
@@ -140,7 +144,50 @@ async def _describe(admin: AsyncAdmin, args: argparse.Namespace) -> int:
                   f"{p.leader if p.leader >= 0 else 'none'}\t"
                   f"Replicas: {','.join(map(str, p.replicas))}\t"
                   f"Isr: {','.join(map(str, p.isr))}")
+    try:
+        dirs = await admin.describe_log_dirs()
+    except (KafkaError, ConfigError) as e:  # e.g. a broker without DescribeLogDirs v4
+        print(f"LogDirs: unknown ({explain(e)})")
+        return 0
+    for d in dirs:
+        print(await _log_dir_line(admin, d))
     return 0
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{n} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+async def _log_dir_line(admin: AsyncAdmin, d: LogDirDescription) -> str:
+    where = f"LogDir: {d.path}\tBroker: {d.broker_id}"
+    if d.error is not None:
+        return f"{where}\tError: {d.error}"
+    if d.usable_bytes < 0 or d.total_bytes <= 0:
+        return f"{where}\tFree: unknown"
+    line = (f"{where}\tFree: {_size(d.usable_bytes)} of {_size(d.total_bytes)} "
+            f"({100 * d.usable_bytes / d.total_bytes:.1f}%)")
+    threshold = await _warn_threshold(admin, d.broker_id)
+    if threshold and d.usable_bytes < threshold:
+        line += (f"\tWARNING: free space is under {FREE_SPACE_WARN_KEY} ({_size(threshold)}); "
+                 f"produce requests fail with KAFKA_STORAGE_ERROR once the disk is full")
+    return line
+
+
+async def _warn_threshold(admin: AsyncAdmin, broker_id: int) -> int | None:
+    resource = ConfigResource.broker(broker_id)
+    try:
+        entry = (await admin.describe_configs([resource]))[resource].get(FREE_SPACE_WARN_KEY)
+    except KafkaError:
+        return None
+    try:
+        return None if entry is None or entry.value is None else int(entry.value)
+    except ValueError:
+        return None
 
 
 async def _delete(admin: AsyncAdmin, args: argparse.Namespace) -> int:

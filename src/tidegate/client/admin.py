@@ -3,8 +3,10 @@
 Each method sends the matching Kafka admin request: CreateTopics, DeleteTopics and
 CreatePartitions and IncrementalAlterConfigs to the controller; DescribeConfigs and
 DescribeCluster to any broker; ListOffsets and DeleteRecords to each partition's
-leader. Methods on many topics return a per-topic result (None or the error); the
-single-topic conveniences raise the error instead. A NOT_CONTROLLER answer refreshes
+leader. The transaction tools (KIP-664: list/describe transactions, describe producers,
+abort a partition's open transaction) live in `txn_admin.py`. Methods on many topics
+return a per-topic result (None or the error); the single-topic conveniences raise the
+error instead. A NOT_CONTROLLER answer refreshes
 metadata and retries within ``default.api.timeout.ms``.
 """
 
@@ -22,16 +24,21 @@ from tidegate.client.config import AdminConfig
 from tidegate.client.metadata import MetadataClient
 from tidegate.client.net import NetworkClient, Response
 from tidegate.client.offsets import list_offsets
+from tidegate.client.txn_admin import TxnAdmin
 from tidegate.client.types import (
     BrokerInfo,
     ClusterDescription,
     ConfigEntry,
     ConfigResource,
+    LogDirDescription,
     NewTopic,
     OffsetAndTimestamp,
+    ProducerState,
     TopicDescription,
     TopicInfo,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 from tidegate.common.errors import KafkaError, UnsupportedVersionError, error_for_code
 
@@ -39,6 +46,7 @@ __all__ = ["AsyncAdmin"]
 
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
+DESCRIBE_LOG_DIRS = 35
 DESCRIBE_CLUSTER = 60
 SET, DELETE = 0, 1
 
@@ -62,6 +70,8 @@ class AsyncAdmin:
         self._metadata = MetadataClient(self._net, max_age_ms=self.config.metadata_max_age_ms,
                                         allow_auto_create=False,
                                         retry_backoff_ms=self.config.retry_backoff_ms)
+        self._txn = TxnAdmin(self._metadata, self.config.default_api_timeout_ms,
+                             self.config.retry_backoff_ms)
 
     async def start(self) -> None:
         await self._metadata.refresh([])
@@ -300,3 +310,50 @@ class AsyncAdmin:
             resp.cluster_id, int(resp.controller_id),
             tuple(BrokerInfo(int(b.broker_id), b.host, int(b.port), b.rack)
                   for b in resp.brokers))
+
+    async def describe_log_dirs(self) -> list[LogDirDescription]:
+        """Every broker's log directories, with their partitions' sizes and (from
+        DescribeLogDirs v4) the free space of their volumes."""
+        md = await self._metadata.refresh([])
+        out: list[LogDirDescription] = []
+        for node in sorted(md.brokers):
+            resp = await self._net.request(node, DESCRIBE_LOG_DIRS, {"topics": None})
+            for r in resp.results:
+                err = _error(r.error_code, None, f"log dir {r.log_dir}")
+                sizes = {TopicPartition(t.name, int(p.partition_index)): int(p.partition_size)
+                         for t in r.topics for p in t.partitions}
+                out.append(LogDirDescription(
+                    node, r.log_dir, None if err is None else str(err),
+                    int(getattr(r, "total_bytes", -1)), int(getattr(r, "usable_bytes", -1)),
+                    sizes))
+        return out
+
+    # -- transactions (KIP-664) --------------------------------------------------------
+
+    async def list_transactions(self, states: Iterable[str] = (),
+                                producer_ids: Iterable[int] = (),
+                                duration_filter_ms: int = -1) -> list[TransactionListing]:
+        """Every coordinator's transactional ids, optionally only those in `states`
+        (Kafka's names), of `producer_ids`, or running longer than `duration_filter_ms`
+        (ListTransactions v1). ValueError for an unknown state name."""
+        return await self._txn.list_transactions(states, producer_ids, duration_filter_ms)
+
+    async def describe_transactions(self, ids: Iterable[str]
+                                    ) -> dict[str, TransactionDescription]:
+        """Each transactional id as its coordinator sees it; raises the first error
+        (TransactionalIdNotFoundError for an id the coordinator does not know)."""
+        return {tid: await self._txn.describe_transaction(tid) for tid in dict.fromkeys(ids)}
+
+    async def describe_producers(self, partitions: Iterable[TopicPartition]
+                                 ) -> dict[TopicPartition, list[ProducerState]]:
+        """The producers each partition's leader remembers, with the start offset of
+        the transaction each has open there (-1: none)."""
+        return await self._txn.describe_producers(partitions)
+
+    async def abort_transaction(self, topic: str, partition: int, producer_id: int,
+                                producer_epoch: int, coordinator_epoch: int) -> None:
+        """Write an ABORT marker for `producer_id` into one partition (WriteTxnMarkers to
+        its leader), ending the transaction it has open there — for a hanging
+        transaction, with the epoch and coordinator epoch DescribeProducers reports."""
+        await self._txn.abort_transaction(topic, partition, producer_id, producer_epoch,
+                                          coordinator_epoch)

@@ -63,6 +63,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     20: (1, 6),    # DeleteTopics (v6: topics as entities)
     21: (0, 2),    # DeleteRecords
     32: (1, 4),    # DescribeConfigs
+    35: (1, 4),    # DescribeLogDirs (v4: volume total/usable bytes)
     37: (0, 3),    # CreatePartitions
     44: (0, 1),    # IncrementalAlterConfigs
     60: (0, 1),    # DescribeCluster

@@ -16,13 +16,17 @@ __all__ = [
     "ConfigEntry",
     "ConfigResource",
     "ConsumerRecord",
+    "LogDirDescription",
     "NewTopic",
     "OffsetAndTimestamp",
     "PartitionInfo",
+    "ProducerState",
     "RecordMetadata",
     "TopicDescription",
     "TopicInfo",
     "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
 ]
 
 Header = tuple[str, bytes | None]
@@ -172,3 +176,58 @@ class ClusterDescription:
     cluster_id: str | None
     controller_id: int
     brokers: tuple[BrokerInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log directory of a broker (DescribeLogDirs). `total_bytes`/`usable_bytes`
+    are the volume's, -1 when the broker does not say (DescribeLogDirs < v4);
+    `partition_sizes` maps each partition stored there to its size in bytes."""
+    broker_id: int
+    path: str
+    error: str | None
+    total_bytes: int
+    usable_bytes: int
+    partition_sizes: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+# -- transactions (KIP-664) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One transactional id a coordinator knows (ListTransactions); `state` is Kafka's
+    name (Empty, Ongoing, PrepareCommit, ...); `coordinator_id` is the broker that
+    answered."""
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A coordinator's view of one transactional id (DescribeTransactions).
+    `start_time_ms` is -1 when no transaction is running; `partitions` are those in
+    the ongoing transaction (or, while preparing, those still without a marker)."""
+    transactional_id: str
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int
+    partitions: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """A partition's view of one producer (DescribeProducers). `coordinator_epoch` is
+    -1 until a marker was written for it; `current_txn_start_offset` is the first
+    offset of its open transaction in the partition, -1 when none is open."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int

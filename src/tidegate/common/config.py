@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from tidegate.common.errors import InvalidConfigError
+from tidegate.common.listeners import (
+    Listener,
+    check_listener_security,
+    parse_listeners,
+    parse_protocol_map,
+)
+
+__all__ = ["BROKER_KEYS", "BrokerConfig", "Listener", "parse_listeners"]
 
 LONG_MAX = 9_223_372_036_854_775_807
 
@@ -36,10 +42,18 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "list",
         "Addresses handed to clients in Metadata; defaults to listeners.",
     ),
+    "listener.security.protocol.map": (
+        ",".join(f"{p}:{p}" for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+        "list",
+        "Security protocol of each listener name (NAME:PROTOCOL pairs). Only PLAINTEXT is "
+        "served: the broker refuses to start with a listener that maps to SSL, "
+        "SASL_PLAINTEXT or SASL_SSL.",
+    ),
     "log.dirs": (
         "./tidegate-data",
         "list",
-        "Data directory (Kafka: /tmp/kafka-logs; ours survives reboots).",
+        "Data directory (Kafka: /tmp/kafka-logs; ours survives reboots). Locked by one "
+        "broker at a time (<dir>/.lock).",
     ),
     "log.dir": ("", "str", "Used when log.dirs is unset."),
     "num.partitions": ("1", "int", "Partitions of an auto-created topic."),
@@ -64,6 +78,17 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "How often each partition's flushed offset is checkpointed, bounding how much a "
         "restart after a crash must re-validate.",
     ),
+    "log.dir.free.space.warn.bytes": (
+        "1073741824",
+        "int",
+        "Tidegate-specific: warn in the log, and in `tidegate topics describe`, when the "
+        "log directory's volume has less free space than this (bytes; 0 disables).",
+    ),
+    "log.dir.free.space.check.interval.ms": (
+        "30000",
+        "int",
+        "Tidegate-specific: how often the free space of the log directory is checked.",
+    ),
     "log.cleaner.enable": ("true", "bool", "Run the log cleaner for compacted topics."),
     "log.cleaner.backoff.ms": ("15000", "int", "Sleep between cleaner passes."),
     "fetch.max.bytes": ("57671680", "int", "Largest fetch response."),
@@ -78,7 +103,7 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "empty partitions at start takes well under a second, so an embedded node keeps "
         "it). Fixed once the topic exists.",
     ),
-    # -- group coordinator (issue 5) ----------------------------------------------------
+    # -- group coordinator ----------------------------------------------------
     "offsets.topic.segment.bytes": ("104857600", "int", "segment.bytes of __consumer_offsets."),
     "offsets.topic.replication.factor": (
         "1",
@@ -106,7 +131,66 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "How long the first rebalance of an empty group waits for more members to join.",
     ),
     "group.max.size": ("2147483647", "int", "Most members a group may have."),
-    "transaction.state.log.num.partitions": ("50", "int", "Partitions of __transaction_state."),
+    # -- transaction coordinator --------------------------------------------------------
+    "transaction.state.log.num.partitions": (
+        "50",
+        "int",
+        "Partitions of __transaction_state (Kafka's default). Fixed once the topic exists.",
+    ),
+    "transaction.state.log.segment.bytes": (
+        "104857600",
+        "int",
+        "segment.bytes of __transaction_state.",
+    ),
+    "transaction.state.log.replication.factor": (
+        "1",
+        "int",
+        "Replicas of __transaction_state (Kafka: 3; a single node keeps one, so a "
+        "development broker never hangs in init_transactions waiting for replicas).",
+    ),
+    "transaction.state.log.min.isr": (
+        "1",
+        "int",
+        "min.insync.replicas of __transaction_state (Kafka: 2; a single node has one).",
+    ),
+    "transaction.state.log.load.buffer.size": (
+        "5242880",
+        "int",
+        "Bytes read at a time when replaying __transaction_state at start.",
+    ),
+    "transaction.max.timeout.ms": (
+        "900000",
+        "int",
+        "Largest transaction.timeout.ms a producer may ask for (15 min).",
+    ),
+    "transactional.id.expiration.ms": (
+        "604800000",
+        "int",
+        "A transactional id idle this long (no transaction in progress) is forgotten (7 days).",
+    ),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "10000",
+        "int",
+        "How often transactions past their timeout are looked for and aborted.",
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "3600000",
+        "int",
+        "How often expired transactional ids are removed.",
+    ),
+    "transaction.hanging.check.interval.ms": (
+        "60000",
+        "int",
+        "Tidegate setting: how often partitions' open transactions are compared with the "
+        "coordinator's, logging hanging transactions (open longer than "
+        "transaction.max.timeout.ms in a partition, unknown to the coordinator).",
+    ),
+    "transaction.two.phase.commit.enable": (
+        "false",
+        "bool",
+        "Allow InitProducerId with enable_2pc (KIP-939): prepared transactions that are "
+        "exempt from the timeout and completed by a later process.",
+    ),
     "producer.id.expiration.ms": (
         "86400000",
         "int",
@@ -119,33 +203,6 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "How often expired producer ids are removed.",
     ),
 }
-
-
-@dataclass(frozen=True)
-class Listener:
-    name: str
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.name}://{self.host}:{self.port}"
-
-
-def parse_listeners(value: str) -> list[Listener]:
-    result = []
-    for item in filter(None, (v.strip() for v in value.split(","))):
-        if "://" not in item:
-            raise InvalidConfigError(f"listener {item!r} must look like PLAINTEXT://host:port")
-        name, rest = item.split("://", 1)
-        parts = urlsplit("//" + rest)
-        try:
-            port = parts.port
-        except ValueError as e:
-            raise InvalidConfigError(f"listener {item!r} has an invalid port") from e
-        if port is None:
-            raise InvalidConfigError(f"listener {item!r} has no port")
-        result.append(Listener(name.upper(), parts.hostname or "", port))
-    return result
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -223,8 +280,11 @@ class BrokerConfig:
                     raise InvalidConfigError(f"{key}={value!r} is not an integer") from None
             elif typ == "bool" and value.lower() not in ("true", "false"):
                 raise InvalidConfigError(f"{key}={value!r} must be true or false")
-        self.listeners()
-        self.advertised_listeners()
+        check_listener_security(
+            self.listeners(),
+            self.advertised_listeners(),
+            parse_protocol_map(self.props.get("listener.security.protocol.map", "")),
+        )
 
     def unknown_keys(self) -> list[str]:
         return sorted(k for k in self.explicit if k not in BROKER_KEYS and "." not in k[:1])

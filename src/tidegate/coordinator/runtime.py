@@ -13,17 +13,28 @@ on the same partition:
    earlier parked requests (by the integer token the shell gave them). It must not
    change durable state itself;
 2. the records are appended to the partition's log as one RecordBatch (Kafka's key
-   and value layouts, no producer id);
+   and value layouts). Without a producer id it goes through `Log.append`; when the
+   `Result` carries one (a TxnOffsetCommit), as one transactional batch with that
+   producer id and epoch and no sequence, through `Log.append_control`, the path for
+   broker-built batches that checks the producer epoch but not sequences (a second
+   TxnOffsetCommit of one transaction would look like a duplicate otherwise);
 3. the appended records are replayed — `shard.replay(records, ...)`, the only mutator
    of durable state;
 4. the shell waits until the log is durable up to `Outcome.end_offset` and only then
    sends the response and the replies. Operations without records wait for the log
    end at their time too, so nobody reads state that is not yet durable.
 
+Transaction markers (`execute_marker`) are the live twin of loading: the COMMIT/ABORT
+control batch is appended, then `shard.replay_marker` applies it.
+
 Loading a partition (`load`) replays its whole log into a fresh shard: the state a
 coordinator starts from is, by construction, the state its records describe.
-If an append fails the partition is marked failed: the shell reloads it from its log,
-so memory and log can never disagree.
+If an append or a replay fails the partition is marked failed: the shell reloads it
+from its log, so memory and log can never disagree. A transactional write or a marker
+the log *rejects* before writing anything (a fenced producer epoch, an older
+coordinator epoch: a `KafkaError` other than `KafkaStorageError`) fails only that
+operation, with the log's error: such operations change nothing before their records
+are replayed.
 
 Which partition owns a key: `partition_for(key, n)` = `Utils.abs(key.hashCode()) % n`,
 with Java's `String.hashCode` over UTF-16 code units, as Kafka computes it, so a group
@@ -40,11 +51,11 @@ from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from tidegate.common.clock import Clock
-from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.common.errors import ErrorCode, KafkaError, KafkaStorageError
 from tidegate.records.builder import BatchBuilder
-from tidegate.records.control import ControlType, parse_control_record
+from tidegate.records.control import ControlType, build_control_batch, parse_control_record
 from tidegate.records.record import iter_batches
-from tidegate.storage.log import Log
+from tidegate.storage.log import AppendInfo, Log
 
 __all__ = [
     "PARKED",
@@ -80,9 +91,14 @@ PARKED = _Parked.PARKED
 
 @dataclass
 class Result(Generic[R]):
+    """What an operation returns. With `producer_id` >= 0 the records are written as
+    one transactional batch of that producer (epoch-checked by the log)."""
+
     response: R | _Parked
     records: list[Record] = field(default_factory=list)
     replies: list[tuple[int, object]] = field(default_factory=list)
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 class ReplayRecord(Protocol):
@@ -305,9 +321,11 @@ class CoordinatorRuntime(Generic[S]):
 
     def execute(self, partition: int, op: Callable[[S, int], Result[R]]) -> Outcome[R]:
         """Run `op` on the partition's shard, append and replay its records (module
-        docstring). Raises the shard's coordinator errors (not loaded, failed), and
-        CoordinatorNotAvailableError — with the partition marked failed — if the append
-        or the replay fails."""
+        docstring). Raises the shard's coordinator errors (not loaded, failed), the
+        log's error when it rejects a transactional batch (e.g. INVALID_PRODUCER_EPOCH:
+        nothing written, the partition stays active; such operations must not change
+        live state), and CoordinatorNotAvailableError —
+        with the partition marked failed — if the append or the replay fails."""
         shard = self.shard(partition)
         lg = self._partitions[partition].log
         now = self.clock.now_ms()
@@ -315,19 +333,73 @@ class CoordinatorRuntime(Generic[S]):
         result = op(shard, now)
         if not result.records:
             return Outcome(result, lg, lg.log_end_offset, 0)
-        builder = BatchBuilder()
+        pid, epoch = result.producer_id, result.producer_epoch
+        txn = pid >= 0
+        builder = (BatchBuilder(producer_id=pid, producer_epoch=epoch, is_transactional=True)
+                   if txn else BatchBuilder())
         for key, value in result.records:
             builder.append(now, key, value)
+        data = builder.build()
+        info = self._append(partition, lg, lambda: (
+            lg.append_control(data, now_ms=now) if txn else lg.append(data, now_ms=now)),
+            rejectable=txn)
         try:
-            info = lg.append(builder.build(), now_ms=now)
             shard.replay([LoggedRecord(info.first_offset + i, key, value)
-                          for i, (key, value) in enumerate(result.records)], -1, -1, False)
+                          for i, (key, value) in enumerate(result.records)],
+                         pid if txn else -1, epoch if txn else -1, txn)
         except Exception as e:
-            self.fail(partition)
-            raise CoordinatorNotAvailableError(
-                f"cannot write to {self.topic}-{partition}: {e}"
-            ) from e
+            raise self._failed(partition, e) from e
         return Outcome(result, lg, info.last_offset + 1, len(result.records))
+
+    def execute_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                       coordinator_epoch: int, commit: bool) -> Outcome[None]:
+        """Append a COMMIT/ABORT marker of `producer_id` to the partition and replay it
+        (`shard.replay_marker`): what loading does with a marker found in the log.
+        Errors as `execute`: a marker the log rejects (older producer epoch:
+        INVALID_PRODUCER_EPOCH; older coordinator epoch: TRANSACTION_COORDINATOR_FENCED)
+        raises the log's error and changes nothing."""
+        shard = self.shard(partition)
+        lg = self._partitions[partition].log
+        now = self.clock.now_ms()
+        shard.set_time(now)
+        data = build_control_batch(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            control_type=ControlType.COMMIT if commit else ControlType.ABORT,
+            coordinator_epoch=coordinator_epoch,
+            timestamp=now,
+        )
+        info = self._append(partition, lg, lambda: lg.append_control(
+            data, now_ms=now, coordinator_epoch=coordinator_epoch), rejectable=True)
+        try:
+            shard.replay_marker(producer_id, producer_epoch, commit)
+        except Exception as e:
+            raise self._failed(partition, e) from e
+        return Outcome(Result(None), lg, info.last_offset + 1, 1)
+
+    def _append(self, partition: int, lg: Log, append: Callable[[], AppendInfo], *,
+                rejectable: bool) -> AppendInfo:
+        """Run `append`. If `rejectable` (the operation changed nothing in memory: a
+        transactional write, a marker), a rejection by the log's checks (nothing
+        written) is raised as is; any other failure fails the partition — an operation
+        that changed live state expecting its records must be undone by a reload."""
+        before = lg.log_end_offset
+        try:
+            info = append()
+        except KafkaError as e:
+            if (rejectable and not isinstance(e, KafkaStorageError)
+                    and lg.log_end_offset == before):
+                raise  # rejected before anything was written: memory and log agree
+            raise self._failed(partition, e) from e
+        except Exception as e:
+            raise self._failed(partition, e) from e
+        if info.first_offset < 0:
+            raise self._failed(partition, RuntimeError("the log appended nothing"))
+        return info
+
+    def _failed(self, partition: int, e: BaseException) -> CoordinatorNotAvailableError:
+        self.fail(partition)
+        return CoordinatorNotAvailableError(f"cannot write to {self.topic}-{partition}: {e}")
 
     def poll(self, partition: int) -> Outcome[None] | None:
         """Run the partition's due deadlines, if it is active and any are due."""

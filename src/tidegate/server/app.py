@@ -6,7 +6,15 @@ listens, then runs retention (`log.retention.check.interval.ms`), the log cleane
 (`log.cleaner.backoff.ms`), the time-based flush (`log.flush.interval.ms`) and the
 expiry of idle producer ids (`producer.id.expiration.check.interval.ms`) until
 SIGTERM/SIGINT, when it stops accepting, flushes and closes every log cleanly. The group
-coordinator starts after the logs load and stops before they close.
+coordinator, then the transaction coordinator, start after the logs load and stop (in
+reverse order) before they close.
+
+Before anything reads or writes the log directory, `BrokerApp` locks it (`<dir>/.lock`,
+see storage/dir_lock.py): a second broker on the same directory stops with Kafka's
+"Failed to acquire lock" error. It also checks the directory's free space every
+`log.dir.free.space.check.interval.ms`; a background job that fails for a full disk
+reports it to `broker.logs.space` (logged once) instead of printing a traceback, and
+runs again on its next turn.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from collections.abc import Callable
 from tidegate.common.config import BrokerConfig
 from tidegate.server.broker import Broker
 from tidegate.server.listener import Listener
+from tidegate.storage.dir_lock import LogDirLock
+from tidegate.storage.disk_space import disk_full_error
 
 log = logging.getLogger("tidegate.server")
 
@@ -27,7 +37,15 @@ log = logging.getLogger("tidegate.server")
 class BrokerApp:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.broker = Broker(config)
+        self.dir_lock = LogDirLock.acquire(config.log_dir)  # before any file is touched
+        try:
+            self.broker = Broker(config)
+        except BaseException:
+            self.dir_lock.release()
+            raise
+        space = self.broker.logs.space
+        space.warn_bytes = config.get_int("log.dir.free.space.warn.bytes") or 0
+        self.broker.group_commit.on_error = space.write_failed
         self.listener = Listener(self.broker)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -40,6 +58,9 @@ class BrokerApp:
         # background (COORDINATOR_LOAD_IN_PROGRESS until done), run its timers and
         # offset expiry (offsets.retention.check.interval.ms); see server/group_coordinator.py
         await self.broker.group_coordinator.start()
+        # -- transaction coordinator: __transaction_state, then markers for what a crash
+        # left prepared; see server/txn_coordinator.py
+        await self.broker.txn_coordinator.start()
         self.bound = await self.listener.start()
         interval = self.config.get_int("log.retention.check.interval.ms", 300000) or 300000
         self._tasks.append(asyncio.create_task(self._every(interval, self._retention)))
@@ -53,6 +74,10 @@ class BrokerApp:
         # -- idempotent producers: expire idle producer state -------------------------
         check = self.config.get_int("producer.id.expiration.check.interval.ms") or 600000
         self._tasks.append(asyncio.create_task(self._every(check, self._expire_producers)))
+        # -- log directory free space ------------------------------------------------------
+        space_ms = self.config.get_int("log.dir.free.space.check.interval.ms") or 30000
+        self.broker.logs.space.check()
+        self._tasks.append(asyncio.create_task(self._every(space_ms, self._check_space)))
         return self.bound
 
     async def _every(self, interval_ms: int, job: Callable[[], None]) -> None:
@@ -61,8 +86,11 @@ class BrokerApp:
             await asyncio.sleep(interval_ms / 1000)
             try:
                 await loop.run_in_executor(None, job)
-            except Exception:
-                log.exception("background job %s failed", job.__name__)
+            except Exception as e:
+                if disk_full_error(e) is not None:  # logged once; retried next time
+                    self.broker.logs.space.write_failed(e, f"background job {job.__name__}")
+                else:
+                    log.exception("background job %s failed", job.__name__)
 
     def _retention(self) -> None:
         self.broker.logs.run_retention(self.broker.clock.now_ms())
@@ -85,6 +113,9 @@ class BrokerApp:
     def _expire_producers(self) -> None:
         self.broker.expire_producers()
 
+    def _check_space(self) -> None:
+        self.broker.logs.space.check()
+
     def request_stop(self) -> None:
         self._stop.set()
 
@@ -99,8 +130,10 @@ class BrokerApp:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.listener.stop()
-        await self.broker.group_coordinator.stop()  # group coordinator section
+        await self.broker.txn_coordinator.stop()
+        await self.broker.group_coordinator.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
+        self.dir_lock.release()
         log.info("stopped cleanly")
 
 
@@ -110,7 +143,11 @@ async def _main(config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]]
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, app.request_stop)
-    bound = await app.start()
+    try:
+        bound = await app.start()
+    except BaseException:
+        app.dir_lock.release()
+        raise
     on_ready(bound)
     try:
         await app.serve_forever()

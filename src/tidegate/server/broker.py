@@ -52,6 +52,7 @@ class Broker:
         self.started_at = self.clock.monotonic()
         self._init_idempotence()
         self._init_group_coordinator()
+        self._init_txn_coordinator()
         from tidegate.server.dispatch import default_dispatcher
 
         self.dispatcher = default_dispatcher()
@@ -66,7 +67,7 @@ class Broker:
         self.logs.load(progress=lambda msg: log.info("%s", msg))
         for topic, partition, lg in self.logs.logs():
             self._log_tp[id(lg)] = (topic, partition)
-            lg.high_watermark = lg.log_end_offset
+            lg.update_high_watermark(lg.log_end_offset)
 
     def close(self) -> None:
         self.logs.close()
@@ -85,17 +86,20 @@ class Broker:
             self._advance_hw(lg, lg.log_end_offset)
 
     async def wait_durable(self, lg: Log, offset: int) -> None:
+        """Return once `lg` is durable up to `offset` and the high watermark covers it."""
         if self.syncs_every_write(lg):
             await self.group_commit.wait_durable(lg, offset)
+            # The flush raises the recovery point in its worker thread; the flusher moves
+            # the high watermark on the loop a moment later. A waiter that found the
+            # recovery point already past it must not be answered before that move.
+            self._advance_hw(lg, lg.recovery_point)
 
     def _on_flushed(self, target: Flushable, recovery_point: int) -> None:
         if isinstance(target, Log) and self.syncs_every_write(target):
             self._advance_hw(target, recovery_point)
 
     def _advance_hw(self, lg: Log, hw: int) -> None:
-        hw = min(hw, lg.log_end_offset)
-        if hw > lg.high_watermark:
-            lg.high_watermark = hw
+        if lg.update_high_watermark(hw):  # clamps to the log end; also moves the LSO
             tp = self._log_tp.get(id(lg))
             if tp is not None:
                 self._notify(tp)
@@ -196,7 +200,7 @@ class Broker:
             removed += n
         return removed
 
-    # -- group coordinator: __consumer_offsets and consumer groups (issue 5) -----------
+    # -- coordinators: groups (__consumer_offsets) and transactions (__transaction_state)
 
     def _init_group_coordinator(self) -> None:
         """The group coordinator; `BrokerApp` starts it (creates and replays
@@ -204,6 +208,14 @@ class Broker:
         from tidegate.server.group_coordinator import GroupCoordinator
 
         self.group_coordinator = GroupCoordinator(self)
+
+    def _init_txn_coordinator(self) -> None:
+        """The transaction coordinator; `BrokerApp` starts it after the group coordinator
+        (markers to __consumer_offsets go through that one). See
+        server/txn_coordinator.py."""
+        from tidegate.server.txn_coordinator import TransactionCoordinator
+
+        self.txn_coordinator = TransactionCoordinator(self)
 
 
 PRODUCER_ID_FILE = "tidegate-producer-ids"

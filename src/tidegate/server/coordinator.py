@@ -11,10 +11,23 @@ coordinator uses it, the transaction coordinator will):
   commit), waits until the log is durable up to the operation's end offset, then
   resolves the response and the replies to parked requests. A parked request's
   handler awaits the future for its token.
-- a tick task polls every partition's due deadlines (session, join and sync timers)
-  every `TICK_MS`; time itself comes from the broker's clock.
+- `write_marker(...)` appends a transaction's COMMIT/ABORT marker to a partition
+  (`CoordinatorRuntime.execute_marker`: the shard replays it) and waits until it is
+  fsynced, whatever the flush policy: a transaction coordinator completes the
+  transaction only after that.
+- `on_durable(partition, end_offset)`, if set, is called whenever the partition's log
+  has become durable up to a higher offset than last reported: after each operation's
+  durability wait (fsynced when the topic syncs every write, else as acknowledged by
+  its flush policy), and once a loaded partition's log is fsynced to its end. The
+  transaction coordinator starts marker jobs from it. It runs on the event loop and
+  must not block; its errors are logged.
+- a timer task runs the due deadlines (session, join and sync timers) at their due
+  time: it sleeps until the earliest `next_deadline()` of the active shards (at most
+  `MAX_TIMER_SLEEP_MS`), and an operation that leaves an earlier deadline wakes it.
+  Time itself comes from the broker's clock.
 - a failed append or fsync marks the partition failed; it is reloaded from its log
   (parked requests on it get NOT_COORDINATOR, so their clients rediscover and rejoin).
+  An append the log rejects (a fenced producer epoch) fails only that operation.
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from tidegate.common.errors import KafkaError
@@ -34,9 +47,12 @@ from tidegate.coordinator.runtime import (
     CoordinatorRuntime,
     NotCoordinatorError,
     Outcome,
+    PartitionState,
     Result,
     Shard,
 )
+from tidegate.storage.disk_space import disk_full_error
+from tidegate.storage.log import Log
 
 if TYPE_CHECKING:
     from tidegate.server.broker import Broker
@@ -46,7 +62,7 @@ log = logging.getLogger(__name__)
 S = TypeVar("S", bound=Shard)
 R = TypeVar("R")
 
-TICK_MS = 100
+MAX_TIMER_SLEEP_MS = 1000
 _MAX_POLLS_PER_TICK = 1000
 
 
@@ -61,6 +77,12 @@ class CoordinatorShell(Generic[S]):
         self._parked: dict[int, tuple[int, asyncio.Future[object]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._loading: set[asyncio.Task[None]] = set()
+        self._wake: asyncio.Event | None = None  # made in start(), on the running loop
+        self._timer_due: int | None = None  # when the timer task wakes up (clock ms)
+        self._durable: dict[int, int] = {}  # partition -> durable end last reported
+        self.on_durable: Callable[[int, int], None] | None = None
+        self._reload_pending: set[int] = set()
+        self._reload_backoff: dict[int, float] = {}  # seconds, while the disk is full
         self.started = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -80,7 +102,8 @@ class CoordinatorShell(Generic[S]):
         # it runs in a worker thread, partition by partition.
         await self._load(list(range(self.runtime.num_partitions)))
         self.started = True
-        self._tasks.append(asyncio.create_task(self._tick_forever()))
+        self._wake = asyncio.Event()
+        self._tasks.append(asyncio.create_task(self._timer_forever(self._wake)))
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._loading]:
@@ -112,6 +135,8 @@ class CoordinatorShell(Generic[S]):
                 self.runtime.fail(p)
                 continue
             self.runtime.publish(p, lg, shard)
+            self._durable.pop(p, None)
+            self._after_load(p, lg, stats.end_offset)
             total += stats.records
             if stats.records:
                 log.info("loaded %s-%d: %d records in %.2f s", self.topic, p, stats.records,
@@ -119,11 +144,59 @@ class CoordinatorShell(Generic[S]):
         log.info("%s: %d partitions loaded (%d records) in %.2f s", self.topic,
                  len(partitions), total, time.monotonic() - started)
 
+    def _after_load(self, partition: int, lg: Log, end_offset: int) -> None:
+        """Loaded timers may be due earlier than the timer task's wake-up; and what was
+        loaded is reported to `on_durable` once durable."""
+        self._maybe_wake(partition)
+        if self.on_durable is None:
+            return
+
+        async def report() -> None:
+            try:
+                await self._make_durable(lg, end_offset)
+            except Exception as e:
+                log.warning("%s-%d: loaded records not durable: %s", self.topic, partition, e)
+                return
+            if self.runtime.state(partition) is PartitionState.ACTIVE:
+                self._report_durable(partition, end_offset)
+
+        self._background(report())
+
     def _reload(self, partition: int, why: BaseException) -> None:
-        log.error("%s-%d failed (%s); reloading it from its log", self.topic, partition, why)
+        """Mark `partition` failed and reload it from its log, once: failures while a
+        reload is pending add nothing. A full disk is reported to the log directory
+        (logged once there) and the reload waits, 1 s doubling to 60 s while the disk
+        stays full, so it causes no reload storm; requests meanwhile get
+        COORDINATOR_NOT_AVAILABLE."""
+        full = disk_full_error(why) is not None
+        if full:
+            self.broker.logs.space.write_failed(why, f"writing to {self.topic}-{partition}")
+        elif partition not in self._reload_pending:
+            log.error("%s-%d failed (%s); reloading it from its log", self.topic, partition, why)
         self.runtime.fail(partition)
         self._fail_parked(partition, NotCoordinatorError(f"{self.topic}-{partition} reloads"))
-        self._spawn_load([partition])
+        if partition in self._reload_pending:
+            return
+        if full:
+            delay = min(2 * self._reload_backoff.get(partition, 0.5), 60.0)
+            self._reload_backoff[partition] = delay
+        else:
+            delay = 0.0
+            self._reload_backoff.pop(partition, None)
+        self._reload_pending.add(partition)
+
+        async def reload_later() -> None:
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._reload_pending.discard(partition)
+            if not self.broker.logs.space.full:
+                self._reload_backoff.pop(partition, None)
+            await self._load([partition])
+
+        task = asyncio.create_task(reload_later())
+        self._loading.add(task)
+        task.add_done_callback(self._loading.discard)
 
     def _fail_parked(self, partition: int | None, exc: BaseException) -> None:
         for token, (p, fut) in list(self._parked.items()):
@@ -147,6 +220,7 @@ class CoordinatorShell(Generic[S]):
             if isinstance(e, CoordinatorNotAvailableError):
                 self._reload(partition, e)
             raise
+        self._maybe_wake(partition)
         if outcome.result.response is not PARKED:
             self._parked.pop(token, None)
         try:
@@ -159,6 +233,41 @@ class CoordinatorShell(Generic[S]):
         if outcome.result.response is PARKED:
             return cast(R, await fut)
         return outcome.result.response
+
+    async def write_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                           coordinator_epoch: int, commit: bool) -> None:
+        """Append a transaction marker to `partition`, replay it, and return once it is
+        fsynced. Raises NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS /
+        COORDINATOR_NOT_AVAILABLE (retriable: try again, or later), or the log's
+        INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED for a stale marker."""
+        try:
+            outcome = self.runtime.execute_marker(
+                partition, producer_id, producer_epoch, coordinator_epoch, commit)
+        except CoordinatorNotAvailableError as e:
+            self._reload(partition, e)
+            raise
+        self._maybe_wake(partition)
+        await self._finish(partition, outcome)
+        try:
+            await self._make_durable(outcome.log, outcome.end_offset)
+        except Exception as e:
+            self._reload(partition, e)
+            raise CoordinatorNotAvailableError(f"{self.topic}-{partition}: {e}") from e
+
+    async def _make_durable(self, lg: Log, offset: int) -> None:
+        """fsynced up to `offset`, even under a relaxed flush policy."""
+        await self.broker.wait_durable(lg, offset)
+        if lg.recovery_point < offset:
+            await asyncio.get_running_loop().run_in_executor(None, lg.flush)
+
+    def _report_durable(self, partition: int, end_offset: int) -> None:
+        if self.on_durable is None or end_offset <= self._durable.get(partition, -1):
+            return
+        self._durable[partition] = end_offset
+        try:
+            self.on_durable(partition, end_offset)
+        except Exception:
+            log.exception("%s-%d: on_durable failed", self.topic, partition)
 
     async def _finish(self, partition: int, outcome: Outcome[R]) -> None:
         if outcome.appended:
@@ -173,18 +282,49 @@ class CoordinatorShell(Generic[S]):
                     entry[1].set_exception(err)
             self._reload(partition, e)
             raise err from e
+        self._report_durable(partition, outcome.end_offset)
         for token, reply in outcome.result.replies:
             entry = self._parked.pop(token, None)
             if entry is not None and not entry[1].done():
                 entry[1].set_result(reply)
 
-    async def _tick_forever(self) -> None:
+    # -- timers ---------------------------------------------------------------------------
+
+    def _next_deadline(self) -> int | None:
+        deadlines = [d for _, s in self.runtime.active_shards()
+                     if (d := s.next_deadline()) is not None]
+        return min(deadlines, default=None)
+
+    def _maybe_wake(self, partition: int) -> None:
+        """Wake the timer task if `partition` now has a deadline before its wake-up."""
+        try:
+            deadline = self.runtime.shard(partition).next_deadline()
+        except KafkaError:
+            return
+        if self._wake is not None and deadline is not None and (
+                self._timer_due is None or deadline < self._timer_due):
+            self._wake.set()
+
+    async def _timer_forever(self, wake: asyncio.Event) -> None:
+        clock = self.runtime.clock
         while True:
-            await asyncio.sleep(TICK_MS / 1000)
+            wake.clear()
+            least = 0
             try:
                 self.tick()
             except Exception:
-                log.exception("%s: timer tick failed", self.topic)
+                log.exception("%s: timers failed", self.topic)
+                least = 10  # no busy loop on a deadline that keeps failing
+            now = clock.now_ms()
+            deadline = self._next_deadline()
+            delay = MAX_TIMER_SLEEP_MS if deadline is None else \
+                min(max(deadline - now, least), MAX_TIMER_SLEEP_MS)
+            self._timer_due = now + delay
+            if delay == 0:
+                await asyncio.sleep(0)  # more is due at once: let others run between
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), delay / 1000)
 
     def tick(self) -> None:
         """Run every due deadline; durability waits continue in background tasks."""
@@ -198,9 +338,12 @@ class CoordinatorShell(Generic[S]):
                 if outcome is None:
                     break
                 if outcome.appended or outcome.result.replies:
-                    task = asyncio.create_task(self._finish_quietly(p, outcome))
-                    self._loading.add(task)
-                    task.add_done_callback(self._loading.discard)
+                    self._background(self._finish_quietly(p, outcome))
+
+    def _background(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._loading.add(task)
+        task.add_done_callback(self._loading.discard)
 
     async def _finish_quietly(self, partition: int, outcome: Outcome[None]) -> None:
         with contextlib.suppress(KafkaError):

@@ -58,10 +58,13 @@ def default_dispatcher() -> Dispatcher:
         group_admin,
         groups,
         init_producer_id,
+        log_dirs,
         metadata,
         offsets,
         offsets_commit,
         produce,
+        transactions,
+        txn_admin,
     )
 
     d = Dispatcher()
@@ -76,11 +79,12 @@ def default_dispatcher() -> Dispatcher:
     d.register(20, admin.handle_delete_topics, 1, 6)
     d.register(37, admin.handle_create_partitions, 0, 3)
     d.register(60, admin.handle_describe_cluster, 0, 1)
+    d.register(35, log_dirs.handle_describe_log_dirs, 1, 4)
     d.register(32, configs.handle_describe_configs, 1, 4)
     d.register(33, configs.handle_alter_configs, 0, 2)
     d.register(44, configs.handle_incremental_alter_configs, 0, 1)
-    d.register(22, init_producer_id.handle, 0, 5)
-    # group coordinator (issue 5)
+    d.register(22, init_producer_id.handle, 0, 6)
+    # group coordinator
     d.register(10, find_coordinator.handle, 0, 6)
     d.register(11, groups.handle_join_group, 0, 9)
     d.register(14, groups.handle_sync_group, 0, 5)
@@ -92,4 +96,13 @@ def default_dispatcher() -> Dispatcher:
     d.register(15, group_admin.handle_describe_groups, 0, 6)
     d.register(16, group_admin.handle_list_groups, 0, 5)
     d.register(42, group_admin.handle_delete_groups, 0, 2)
+    # transaction coordinator and the partition side of transactions
+    d.register(24, transactions.handle_add_partitions, 0, 5)
+    d.register(25, transactions.handle_add_offsets, 0, 4)
+    d.register(26, transactions.handle_end_txn, 0, 5)
+    d.register(27, transactions.handle_write_txn_markers, 0, 2)
+    d.register(28, transactions.handle_txn_offset_commit, 0, 5)
+    d.register(61, txn_admin.handle_describe_producers, 0, 0)
+    d.register(65, txn_admin.handle_describe_transactions, 0, 0)
+    d.register(66, txn_admin.handle_list_transactions, 0, 2)
     return d

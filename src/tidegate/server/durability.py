@@ -9,6 +9,11 @@ served by the next one, so one fsync covers every request waiting at that moment
 When the flush policy is relaxed (`log.flush.interval.messages` > 1 or a
 `flush.messages` topic override), the caller does not wait; the scheduler flushes by
 count and by `flush.ms` in the background.
+
+A failed fsync fails the waiters it would have released (their produce requests answer
+KAFKA_STORAGE_ERROR) and is reported to `on_error` (the log directory's
+`LogDirSpace.write_failed`, which logs a full disk once); without `on_error` it is
+logged here.
 """
 
 from __future__ import annotations
@@ -29,7 +34,11 @@ class Flushable(Protocol):
 
 
 class GroupCommit:
-    def __init__(self, on_flushed: Callable[[Flushable, int], None]) -> None:
+    def __init__(
+        self,
+        on_flushed: Callable[[Flushable, int], None],
+        on_error: Callable[[BaseException, str], object] | None = None,
+    ) -> None:
         self._dirty: dict[int, Flushable] = {}
         self._waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
         self._running = False
@@ -37,6 +46,7 @@ class GroupCommit:
         self._task: asyncio.Task[None] | None = None
         self.fsync_rounds = 0
         self.failed: Exception | None = None
+        self.on_error = on_error
 
     def mark_dirty(self, target: Flushable) -> None:
         self._dirty[id(target)] = target
@@ -67,7 +77,10 @@ class GroupCommit:
                     await loop.run_in_executor(None, _flush_all, batch)
                     self.fsync_rounds += 1
                 except Exception as e:  # disk errors: fail the waiters, keep serving
-                    log.error("fsync failed: %s", e)
+                    if self.on_error is not None:
+                        self.on_error(e, "fsyncing appended data")
+                    else:
+                        log.error("fsync failed: %s", e)
                     self.failed = e
                     for target in batch:
                         for _, fut in self._waiters.pop(id(target), []):

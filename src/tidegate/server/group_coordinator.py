@@ -6,6 +6,11 @@ the partition `abs(hashCode(group)) % offsets.topic.num.partitions`. It also run
 offset expiry every `offsets.retention.check.interval.ms` and drops the offsets of
 deleted topics (`on_topic_deleted`, called by the broker).
 
+Transactions: `txn_commit` (TxnOffsetCommit) writes offsets pending on the producer's
+transaction; `write_marker` is how a transaction's COMMIT/ABORT reaches a
+`__consumer_offsets` partition (the shard then applies or drops the pending offsets);
+`has_pending` tells whether a producer still has pending offsets in a partition.
+
 `__consumer_offsets` is created compacted, with `offsets.topic.segment.bytes` segments.
 """
 
@@ -34,10 +39,15 @@ from tidegate.coordinator.group.messages import (
     OffsetFetchResponse,
     SyncRequest,
     SyncResponse,
+    TxnOffsetCommitRequest,
 )
 from tidegate.coordinator.group.model import TopicPartition
 from tidegate.coordinator.group.shard import GroupShard
-from tidegate.coordinator.runtime import CoordinatorRuntime, Result
+from tidegate.coordinator.runtime import (
+    CoordinatorLoadInProgressError,
+    CoordinatorRuntime,
+    Result,
+)
 from tidegate.server.coordinator import CoordinatorShell
 
 if TYPE_CHECKING:
@@ -50,6 +60,12 @@ R = TypeVar("R")
 OFFSETS_TOPIC = CONSUMER_OFFSETS
 
 Op = Callable[[GroupShard, int, int], Result[R]]
+
+_COORDINATOR_ERRORS = frozenset({
+    ErrorCode.not_coordinator,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+})
 
 
 class GroupCoordinator:
@@ -149,6 +165,37 @@ class GroupCoordinator:
 
     async def commit(self, req: OffsetCommitRequest) -> list[tuple[TopicPartition, ErrorCode]]:
         return await self._run(req.group_id, lambda s, now, _t: offsets.commit(s, req, now))
+
+    async def txn_commit(self, req: TxnOffsetCommitRequest
+                         ) -> list[tuple[TopicPartition, ErrorCode]]:
+        """TxnOffsetCommit: an error per partition. A producer epoch the log refuses
+        (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, ...) is answered for every
+        partition; coordinator errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+        COORDINATOR_NOT_AVAILABLE) are raised, as for `commit`."""
+        try:
+            return await self._run(
+                req.group_id, lambda s, now, _t: offsets.txn_commit(s, req, now))
+        except KafkaError as e:
+            if e.code in _COORDINATOR_ERRORS:
+                raise
+            log.info("TxnOffsetCommit of %r (producer %d epoch %d) for group %r refused: %s",
+                     req.transactional_id, req.producer_id, req.producer_epoch,
+                     req.group_id, e)
+            return [((p.topic, p.partition), e.code) for p in req.partitions]
+
+    async def write_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                           coordinator_epoch: int, commit: bool) -> None:
+        """Write a transaction marker to `__consumer_offsets`-`partition`, returning once
+        it is fsynced (see `CoordinatorShell.write_marker` for the errors)."""
+        if not self.shell.started:
+            raise CoordinatorLoadInProgressError("the group coordinator is starting")
+        await self.shell.write_marker(
+            partition, producer_id, producer_epoch, coordinator_epoch, commit)
+
+    def has_pending(self, partition: int, producer_id: int) -> bool:
+        """Whether `producer_id` has offsets pending on its transaction in the partition
+        (raises the coordinator error if the partition is not active here)."""
+        return self.runtime.shard(partition).pending.has_producer(producer_id)
 
     async def fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         return await self._run(req.group_id, lambda s, now, _t: offsets.fetch(s, req, now))

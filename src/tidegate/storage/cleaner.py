@@ -1,20 +1,26 @@
 """Log compaction (`cleanup.policy=compact`): keep only the latest record per key.
 
 One pass over a log (`clean`):
-1. Cleanable range: closed segments below min(active segment, high watermark) whose
-   newest record is older than min.compaction.lag.ms. The part from the first dirty
+1. Cleanable range: closed segments below min(active segment, last stable offset) whose
+   newest record is older than min.compaction.lag.ms: every transaction with data there
+   is decided, so its outcome is known from the txn indexes. The part from the first dirty
    offset (where the last pass stopped) to the end of that range is "dirty".
 2. Skip unless dirty / cleanable >= min.cleanable.dirty.ratio, or the oldest dirty record
    is older than max.compaction.lag.ms, or kept tombstones have reached their horizon.
-3. Offset map: key -> latest offset, from the dirty part (control batches excluded).
+3. Offset map: key -> latest offset, from the dirty part (control batches and batches of
+   aborted transactions excluded, else an aborted value would hide a committed one).
 4. Rewrite the cleanable segments, grouped up to segment.bytes, into `.cleaned` files:
    a record survives if it has a key, no later record has the same key, and it is not a
    tombstone past its horizon. Untouched batches are copied byte for byte; batches that
    lost records are rebuilt with the builder, one batch per run of consecutive
    surviving offsets (so offsets stay as they were and every batch still has dense
    offset deltas), with the original producer id/epoch/sequence, flags, codec and
-   timestamp type. Control batches are kept as they are (for now; no aborted-data
-   removal yet). A batch that does not decode is kept as is: never lose data.
+   timestamp type. Batches of aborted transactions are removed whole. Transaction
+   markers are always kept (Kafka drops a marker once delete.retention.ms has passed
+   and its transaction's data is gone; keeping them costs one small batch per
+   transaction and keeps the producer state and txn indexes rebuildable), and so are the
+   txn index entries of the cleaned segments, copied to the new one. A batch that does
+   not decode is kept as is: never lose data.
 5. Swap each group in with `Log.replace_segments` (crash-safe), then record the new
    first dirty offset.
 
@@ -66,6 +72,7 @@ class CleanStats:
     records_in: int = 0
     records_kept: int = 0
     tombstones_removed: int = 0
+    aborted_removed: int = 0  # records of aborted transactions
 
 
 def clean(log: Log, now_ms: int) -> CleanStats:
@@ -74,7 +81,7 @@ def clean(log: Log, now_ms: int) -> CleanStats:
     if not cfg.compact:
         return CleanStats(reason="cleanup.policy does not include compact")
     with log.pinned() as (segments, generation):
-        cleanable, ends = _cleanable(segments, cfg, now_ms, log.high_watermark)
+        cleanable, ends = _cleanable(segments, cfg, now_ms, log.last_stable_offset)
         if not cleanable:
             return CleanStats(reason="no closed segment is cleanable yet")
         end = ends[-1]
@@ -88,8 +95,9 @@ def clean(log: Log, now_ms: int) -> CleanStats:
         if reason is None:
             stats.reason = f"dirty ratio {ratio:.2f} below {cfg.min_cleanable_dirty_ratio}"
             return stats
-        offset_map = _offset_map(cleanable, ends, first_dirty)
-        cleaner = _SegmentCleaner(log.directory, cfg, now_ms, offset_map, history, stats)
+        aborted = _AbortedRanges(segments)
+        offset_map = _offset_map(cleanable, ends, first_dirty, aborted)
+        cleaner = _SegmentCleaner(log.directory, cfg, now_ms, offset_map, history, stats, aborted)
         for group in _groups(cleanable, ends, cfg):
             new = cleaner.clean_group(group)
             if not log.replace_segments(group, new, generation):
@@ -106,10 +114,10 @@ def clean(log: Log, now_ms: int) -> CleanStats:
 
 
 def _cleanable(
-    segments: tuple[LogSegment, ...], cfg: LogConfig, now_ms: int, high_watermark: int
+    segments: tuple[LogSegment, ...], cfg: LogConfig, now_ms: int, last_stable_offset: int
 ) -> tuple[list[LogSegment], list[int]]:
     """Closed segments that may be cleaned, and each one's end (next base offset)."""
-    limit = min(segments[-1].base_offset, high_watermark)
+    limit = min(segments[-1].base_offset, last_stable_offset)
     out: list[LogSegment] = []
     ends: list[int] = []
     for seg, nxt in pairwise(segments):
@@ -153,7 +161,32 @@ def _decode(seg: LogSegment, position: int, header: BatchHeader) -> list[Record]
         return None
 
 
-def _offset_map(cleanable: list[LogSegment], ends: list[int], first_dirty: int) -> dict[bytes, int]:
+class _AbortedRanges:
+    """(first offset, marker offset) of every aborted transaction, per producer, from
+    the txn indexes of all segments (a marker may lie beyond the cleanable range)."""
+
+    def __init__(self, segments: tuple[LogSegment, ...]) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for seg in segments:
+            for e in seg.txn_index.entries:
+                self._ranges.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+        for ranges in self._ranges.values():
+            ranges.sort()
+
+    def holds(self, header: BatchHeader) -> bool:
+        """The transactional data batch belongs to an aborted transaction."""
+        if not header.is_transactional or header.is_control:
+            return False
+        ranges = self._ranges.get(header.producer_id)
+        if not ranges:
+            return False
+        i = bisect_right(ranges, (header.base_offset, LONG_MAX)) - 1
+        return i >= 0 and ranges[i][0] <= header.base_offset < ranges[i][1]
+
+
+def _offset_map(
+    cleanable: list[LogSegment], ends: list[int], first_dirty: int, aborted: _AbortedRanges
+) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for seg, end in zip(cleanable, ends):
         if end <= first_dirty:
@@ -161,7 +194,7 @@ def _offset_map(cleanable: list[LogSegment], ends: list[int], first_dirty: int) 
         # Header scan from the start, not an index lookup: a reader thread may be
         # rebuilding this segment's index; headers are cheap next to decoding.
         for pos, header in seg.iter_headers(0):
-            if header.last_offset < first_dirty or header.is_control:
+            if header.last_offset < first_dirty or header.is_control or aborted.holds(header):
                 continue
             for r in _decode(seg, pos, header) or ():
                 if r.offset >= first_dirty and r.key is not None:
@@ -196,7 +229,9 @@ class _SegmentCleaner:
         offset_map: dict[bytes, int],
         history: _TombstoneHistory,
         stats: CleanStats,
+        aborted: _AbortedRanges,
     ) -> None:
+        self.aborted = aborted
         self.directory = directory
         self.cfg = cfg
         self.now_ms = now_ms
@@ -222,6 +257,8 @@ class _SegmentCleaner:
                     for batch in self._filter(seg, pos, header):
                         new.append(batch, [parse_header(batch)], [0])
                         self.stats.bytes_out += len(batch)
+            for seg in group:  # markers are all kept, so their entries stay valid
+                new.txn_index.extend(seg.txn_index.entries)
             new.on_become_inactive()
             new.sync()
         except BaseException:
@@ -235,6 +272,10 @@ class _SegmentCleaner:
         data = seg.read(pos, header.size)
         if header.is_control:
             return [data]
+        if self.aborted.holds(header):
+            self.stats.records_in += header.records_count
+            self.stats.aborted_removed += header.records_count
+            return []
         records = _decode(seg, pos, header)
         if records is None:
             return [data]

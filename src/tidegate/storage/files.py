@@ -1,7 +1,7 @@
 """File names and small metadata files of a log directory, written crash-safely.
 
 Names follow Kafka: a partition directory is `<topic>-<partition>`; a segment's files are
-`<20-digit base offset>.log|.index|.timeindex`, with `.cleaned` / `.swap` / `.deleted`
+`<20-digit base offset>.log|.index|.timeindex|.txnindex`, with `.cleaned` / `.swap` / `.deleted`
 suffixes while the cleaner or a deletion is in flight. `partition.metadata`,
 `meta.properties` and offset checkpoints use Kafka's text formats.
 
@@ -39,6 +39,7 @@ __all__ = [
 LOG_EXT = "log"
 INDEX_EXT = "index"
 TIMEINDEX_EXT = "timeindex"
+TXNINDEX_EXT = "txnindex"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"

@@ -14,19 +14,41 @@ rebuilt at open from the newest snapshot plus the batch headers after it
 DeleteRecords move the log start. The roll's snapshot is written without fsync (the
 roll may run on the event loop); the next `flush` fsyncs it before the directory.
 
+Transactions (see TRANSACTIONS-NOTES.md and seed 000): transactional batches open a
+transaction per producer (`producer_state`); `append_marker` / `append_control` write the
+COMMIT/ABORT markers that end them. An aborted transaction gets an entry in the
+`.txnindex` of the segment holding its marker, at the marker's append (`txn_index`), and
+`aborted_transactions` answers read_committed fetches from those files. Markers are
+decoded (`markers`) on append and on replay, so recovery knows each outcome. KIP-890
+guards (`begin_verification`, `append(..., verification_guard=)`, `storage.verification`)
+stop a late batch from reopening a transaction its marker already ended.
+
 Invariants:
+- `high_watermark` <= `log_end_offset`; only `update_high_watermark` raises it (never
+  lowers it), only truncation lowers it; at open it is the log end offset (everything
+  recovered is on disk);
+- `last_stable_offset` = max(log start, min(high watermark, first offset of the oldest
+  transaction that is open or whose marker is at or above the high watermark)); it only
+  grows, except by truncation. A finished transaction stays "unreplicated" until the
+  high watermark passes its marker, so the LSO never overtakes the durable marker;
+- every aborted transaction whose marker is in the log has one entry in its marker
+  segment's `.txnindex`, with Kafka's lastStableOffset; entries leave with their segment
+  (retention, DeleteRecords, truncation drops those whose marker is cut, the cleaner
+  copies them to the cleaned segment); recovery rebuilds them (see `recovery`);
 - segments are sorted by base offset; the last one is active (the only one appended to);
   `log_start_offset` lies in [first base offset, log_end_offset];
 - offsets increase in append order, dense except for gaps compaction leaves;
 - `recovery_point` <= `log_end_offset`, and everything below it has been fdatasync'ed;
 - files hold batches exactly as on the wire; nothing here decodes records except the
-  two timestamp queries, which decode one batch each;
+  two timestamp queries, which decode one batch each, and markers (one record each);
 - the producer state reflects exactly the batches below `log_end_offset`.
 
 Thread-safety contract: one lock (held only for in-memory work, page-cache writes and
 reads, and a few renames/unlinks) serialises `append`, `read`, truncation, retention,
-DeleteRecords, the cleaner's swap and the queries, so they may be called from the event
-loop and from worker threads alike. `flush` never holds that lock while it fsyncs: it
+DeleteRecords, the cleaner's swap, the queries and the transaction calls (HW, markers,
+guards), so they may be called from the event loop and from worker threads alike;
+`high_watermark` and `last_stable_offset` are plain reads of values updated under it.
+`flush` never holds that lock while it fsyncs: it
 captures the target offset and the segments under the lock, syncs them outside it, then
 raises `recovery_point` (unless a truncation happened meanwhile); flushes are serialised
 among themselves. A segment removed during a flush is unlinked at once and closed when
@@ -48,11 +70,17 @@ from pathlib import Path
 from tidegate.common.clock import Clock
 from tidegate.common.errors import KafkaStorageError, OffsetOutOfRangeError
 from tidegate.records.batch import BatchHeader, validate_batch
+from tidegate.records.control import ControlType
 from tidegate.storage import queries, retention
 from tidegate.storage.config import LogConfig
 from tidegate.storage.errors import RecordListTooLargeError
 from tidegate.storage.files import atomic_write, fsync_dir, parse_partition_dir
-from tidegate.storage.producer_state import DuplicateBatch, ProducerStateManager
+from tidegate.storage.log_txn import TransactionalLog
+from tidegate.storage.markers import marker_of
+from tidegate.storage.producer_state import (
+    DuplicateBatch,
+    ProducerStateManager,
+)
 from tidegate.storage.record_checks import BatchRecords, validate_records
 from tidegate.storage.recovery import (
     CLEAN_SHUTDOWN_FILE,
@@ -65,13 +93,17 @@ from tidegate.storage.recovery import (
 )
 from tidegate.storage.segment import LogSegment
 from tidegate.storage.segment_list import SegmentList
+from tidegate.storage.txn_index import TxnIndexEntry
 from tidegate.storage.validation import (
     assign_offsets,
     check_timestamps,
     validate_producer_batches,
 )
 
-__all__ = ["AppendInfo", "Log"]
+__all__ = ["UNVERIFIED", "AppendInfo", "Log"]
+
+# `Log.append`'s default for `verification_guard`: no KIP-890 check (internal callers).
+UNVERIFIED: object = object()
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +122,7 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class Log:
+class Log(TransactionalLog):
     def __init__(
         self, directory: Path, config: LogConfig, clock: Clock, opened: OpenedPartition
     ) -> None:
@@ -107,7 +139,7 @@ class Log:
         leo = self._segs.active.next_offset
         self._log_start_offset = min(max(opened.log_start_offset, self._segs.bases[0]), leo)
         self._recovery_point = leo
-        self.high_watermark: int = leo
+        self._high_watermark = leo
         self.last_flush_ms: int = clock.now_ms()
         self._first_dirty = opened.first_dirty_offset
         self._flush_mutex = threading.Lock()
@@ -115,10 +147,13 @@ class Log:
         self._producers = ProducerStateManager()
         self._unsynced_snapshots: list[Path] = []  # written at rolls, fsynced by flush
         now = clock.now_ms()
+        self._producers.on_high_watermark_updated(leo)
         if load_producer_state(
             self._producers, directory, self._segs.segments, self._log_start_offset, now
         ):  # replayed batches: snapshot now so the next start need not (data is synced)
             self._producers.take_snapshot(directory)
+        self._last_stable_offset = self._log_start_offset
+        self._refresh_lso(allow_backwards=True)
 
     @classmethod
     def open(
@@ -203,6 +238,7 @@ class Log:
         now_ms: int | None = None,
         leader_epoch: int | None = None,
         single_batch: bool = False,
+        verification_guard: object = UNVERIFIED,
     ) -> AppendInfo:
         """Validate producer batches, check producer sequences, assign offsets, append.
         No fsync. Every record is decoded once to be checked (`record_checks`).
@@ -210,7 +246,9 @@ class Log:
         The whole request is rejected (nothing appended) if any batch is invalid; a
         producer's retry of a cached batch is answered with `duplicate` set. An
         idempotent batch must come alone, as must any batch with `single_batch` (the
-        Produce API's rule, see `validation`).
+        Produce API's rule, see `validation`). When `verification_guard` is given (even
+        None), a transactional batch that would start a transaction here needs the
+        current guard from `begin_verification`, else InvalidTxnStateError (KIP-890).
         """
         now = self._clock.now_ms() if now_ms is None else now_ms
         cfg = self._config
@@ -224,20 +262,29 @@ class Log:
             )
         checked = validate_records(view, found, cfg)  # decodes every record (record_checks)
         return self._append(
-            bytearray(view), found, now, leader_epoch, from_client=True, records=checked
+            bytearray(view),
+            found,
+            now,
+            leader_epoch,
+            from_client=True,
+            records=checked,
+            guard=verification_guard,
         )
 
     def append_control(
         self, data: bytes, *, now_ms: int | None = None, coordinator_epoch: int | None = None
     ) -> AppendInfo:
         """Append broker-built batches (e.g. transaction markers), control ones included.
-        Producer epochs are still checked (markers also against `coordinator_epoch`)."""
+        Producer epochs are still checked (markers also against `coordinator_epoch`). A
+        control batch must be a COMMIT/ABORT marker (else InvalidRecordError)."""
         now = self._clock.now_ms() if now_ms is None else now_ms
         found: list[tuple[int, BatchHeader]] = []
+        types: list[ControlType | None] = []
         pos = 0
         while pos < len(data):
             header = validate_batch(data, pos)
             found.append((pos, header))
+            types.append(marker_of(data, pos, check_crc=False)[0] if header.is_control else None)
             pos += header.size
         if not found:
             return AppendInfo(-1, -1, -1, self._log_start_offset, -1, 0, [])
@@ -248,6 +295,7 @@ class Log:
             None,
             from_client=False,
             coordinator_epoch=coordinator_epoch,
+            control_types=types,
         )
 
     def _append(
@@ -260,6 +308,8 @@ class Log:
         from_client: bool,
         coordinator_epoch: int | None = None,
         records: list[BatchRecords] | None = None,
+        control_types: list[ControlType | None] | None = None,
+        guard: object = UNVERIFIED,
     ) -> AppendInfo:
         cfg = self._config
         log_append = cfg.log_append_time
@@ -270,7 +320,11 @@ class Log:
             for _, h in found:
                 if h.producer_id >= 0:
                     dup = psm.validate(
-                        h, is_from_client=from_client, coordinator_epoch=coordinator_epoch
+                        h,
+                        is_from_client=from_client,
+                        coordinator_epoch=coordinator_epoch,
+                        verification_guard=guard,
+                        check_verification=guard is not UNVERIFIED,
                     )
                     if dup is not None:  # only ever the request's single batch
                         return self._duplicate(dup, log_append)
@@ -286,8 +340,14 @@ class Log:
             max_ts = max(h.max_timestamp for h in headers)
             seg = self._maybe_roll(len(buf), max_ts, headers[-1].last_offset, now)
             seg.append(buf, headers, positions)
-            for h in headers:
-                psm.update(h, now, coordinator_epoch=coordinator_epoch)
+            types = control_types or [None] * len(headers)
+            for h, ctype in zip(headers, types):
+                done = psm.update(h, now, coordinator_epoch=coordinator_epoch, control_type=ctype)
+                if done is not None and done.is_aborted:
+                    stable = psm.index_stable_offset(done)
+                    seg.txn_index.append(
+                        TxnIndexEntry(done.producer_id, done.first_offset, done.last_offset, stable)
+                    )
             lso = self._log_start_offset
         return AppendInfo(
             first_offset=headers[0].base_offset,
@@ -435,6 +495,7 @@ class Log:
                 self._write_offset_file(LOG_START_OFFSET_FILE, offset)
                 self._delete_oldest(retention.below_start_offset(self._segs.segments, offset))
                 self._producers.truncate_head(self._log_start_offset, self.directory)
+                self._refresh_lso()
             return self._log_start_offset
 
     def apply_retention(self, now_ms: int) -> int:
@@ -451,6 +512,7 @@ class Log:
             n += self._delete_oldest(retention.expired_by_size(self._segs.segments, cfg, hw))
             if n:  # producers stay (see producer_state); older snapshots go
                 self._producers.truncate_head(self._log_start_offset, self.directory)
+                self._refresh_lso()
             return n
 
     def _delete_oldest(self, count: int) -> int:
@@ -471,6 +533,8 @@ class Log:
             if offset >= self.log_end_offset:
                 return self.log_end_offset
             segs.generation += 1
+            self._high_watermark = min(self._high_watermark, offset)
+            self._producers.on_high_watermark_updated(self._high_watermark)
             if offset < segs.bases[0]:
                 fresh = LogSegment(
                     self.directory, offset, self._config, self._clock.now_ms(), create=True
@@ -489,7 +553,9 @@ class Log:
             leo = self.log_end_offset
             self._log_start_offset = min(self._log_start_offset, leo)
             self._recovery_point = min(self._recovery_point, leo)
-            self.high_watermark = min(self.high_watermark, leo)
+            self._high_watermark = min(self._high_watermark, leo)
+            self._producers.on_high_watermark_updated(self._high_watermark)
+            self._refresh_lso(allow_backwards=True)
             if self._first_dirty > leo:
                 self.set_first_dirty_offset(leo)
             return leo

@@ -6,7 +6,10 @@ format, checked at load), `tidegate-topics.json` (see `topics.py`),
 so the next start after a crash recovers only the tail), and one `<topic>-<partition>`
 directory per partition.
 
-Only the first of several log dirs is used (JBOD is not supported yet).
+Only the first of several log dirs is used (JBOD is not supported yet). Its free space
+and full-disk state are tracked by `space` (`disk_space.LogDirSpace`): the periodic jobs
+here report a full disk to it and skip quietly, retrying on their next run. Locking the
+directory against a second broker (`dir_lock`) is the caller's job, before `load`.
 
 Invariants: a topic exists iff it is in `tidegate-topics.json`; metadata is written
 before directories are created and removed before they are deleted, so a crash leaves at
@@ -40,6 +43,7 @@ from tidegate.common.errors import (
 )
 from tidegate.storage.cleaner import CleanStats, clean
 from tidegate.storage.config import TOPIC_CONFIG_KEYS, LogConfig
+from tidegate.storage.disk_space import LogDirSpace, disk_full_error
 from tidegate.storage.errors import (
     InconsistentClusterIdError,
     InconsistentTopicIdError,
@@ -94,6 +98,7 @@ class LogManager:
         self.topics: dict[str, TopicMeta] = {}
         self._logs: dict[tuple[str, int], Log] = {}
         self._lock = threading.RLock()
+        self.space = LogDirSpace(self.log_dir, clock=clock)
 
     @property
     def cluster_id(self) -> str:
@@ -171,9 +176,19 @@ class LogManager:
         return lg
 
     def close(self) -> None:
-        """Flush and close every log (each leaves a clean-shutdown marker)."""
-        for _, _, lg in self.logs():
-            lg.close()
+        """Flush and close every log (each leaves a clean-shutdown marker). A log that
+        cannot be closed for a full disk is left for recovery at the next start."""
+        unclean = 0
+        for topic, partition, lg in self.logs():
+            try:
+                lg.close()
+            except OSError as exc:
+                if not self.space.write_failed(exc, f"closing {topic}-{partition}"):
+                    raise
+                unclean += 1
+        if unclean:
+            log.warning("%d partitions not closed cleanly (disk full); the next start "
+                        "recovers them", unclean)
         self.checkpoint_recovery_points()
 
     # -- topics --------------------------------------------------------------------------
@@ -314,7 +329,8 @@ class LogManager:
             try:
                 deleted += lg.apply_retention(now_ms)
             except (KafkaError, OSError) as exc:  # e.g. deleted meanwhile
-                log.warning("retention of %s-%d failed: %s", topic, partition, exc)
+                if not self._disk_full(exc, f"applying retention to {topic}-{partition}"):
+                    log.warning("retention of %s-%d failed: %s", topic, partition, exc)
         return deleted
 
     def run_cleaner(self, now_ms: int) -> list[CleanStats]:
@@ -326,7 +342,8 @@ class LogManager:
             try:
                 stats = clean(lg, now_ms)
             except (KafkaError, OSError) as exc:
-                log.warning("cleaning %s-%d failed: %s", topic, partition, exc)
+                if not self._disk_full(exc, f"cleaning {topic}-{partition}"):
+                    log.warning("cleaning %s-%d failed: %s", topic, partition, exc)
                 continue
             if stats.cleaned:
                 done.append(stats)
@@ -339,6 +356,18 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> None:
         """Persist every log's recovery point (call periodically, as Kafka does every
-        log.flush.offset.checkpoint.interval.ms): a crash then recovers only the tail."""
+        log.flush.offset.checkpoint.interval.ms): a crash then recovers only the tail.
+        A full disk skips it quietly (the previous checkpoint stays valid, only older);
+        the next run retries."""
         points = {(t, p): lg.recovery_point for t, p, lg in self.logs()}
-        write_offset_checkpoint(self.log_dir / RECOVERY_CHECKPOINT, points)
+        try:
+            write_offset_checkpoint(self.log_dir / RECOVERY_CHECKPOINT, points)
+        except OSError as exc:
+            if not self.space.write_failed(exc, "checkpointing recovery points"):
+                raise
+            return
+        self.space.write_succeeded()
+
+    def _disk_full(self, exc: BaseException, what: str) -> bool:
+        """Report `exc` to `space` if it is a full disk (logged once there)."""
+        return disk_full_error(exc) is not None and self.space.write_failed(exc, what)

@@ -39,7 +39,17 @@ client batches in this order; `_RULES` is the table from verdict to outcome:
 
 Then, as Kafka: a non-transactional data batch while the producer has an open transaction
 is INVALID_TXN_STATE; a marker with an older epoch is INVALID_PRODUCER_EPOCH and one with
-an older coordinator epoch TRANSACTION_COORDINATOR_FENCED.
+an older coordinator epoch TRANSACTION_COORDINATOR_FENCED. With `check_verification`
+(the Produce path, KIP-890), a transactional batch that would start a transaction needs
+the producer's current guard (`verification`), else INVALID_TXN_STATE.
+
+Transactions (Kafka's ongoing / unreplicated split): the first transactional batch of a
+producer opens its transaction (`_ongoing`: producer id -> first offset). A marker
+(`update`/`replay` with its `control_type`) closes it and returns a `CompletedTxn`
+(commit or abort); the transaction then stays "unreplicated" (still unstable) until
+`on_high_watermark_updated` passes its marker. `first_unstable_offset` is the LSO bound;
+`index_stable_offset` is the lastStableOffset Kafka stores with an aborted transaction
+in the .txnindex. A marker for a producer with no open transaction completes nothing.
 
 Choices where Kafka's behaviour differs by version or is loose:
   * Retention / DeleteRecords (`truncate_head`) does NOT drop producers, as Kafka since 2.4
@@ -78,6 +88,7 @@ from typing import NamedTuple
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from tidegate.records.control import ControlType
 from tidegate.storage.producer_snapshot import (
     SEQUENCE_MODULUS,
     BatchMetadata,
@@ -91,6 +102,7 @@ from tidegate.storage.producer_snapshot import (
     snapshot_path,
     write_snapshot,
 )
+from tidegate.storage.verification import VerificationGuards
 
 __all__ = [
     "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
@@ -102,6 +114,7 @@ __all__ = [
     "InvalidTxnStateError",
     "OutOfOrderSequenceError",
     "ProducerFencedError",
+    "ProducerInfo",
     "ProducerStateEntry",
     "ProducerStateManager",
     "TransactionCoordinatorFencedError",
@@ -160,6 +173,18 @@ class CompletedTxn(NamedTuple):
     producer_id: int
     first_offset: int
     last_offset: int
+    is_aborted: bool
+
+
+class ProducerInfo(NamedTuple):
+    """One producer's state as DescribeProducers reports it."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no open transaction
 
 
 class Verdict(enum.Enum):
@@ -249,6 +274,11 @@ class ProducerStateManager:
         self.strict_unknown_producer = strict_unknown_producer
         self._producers: dict[int, ProducerStateEntry] = {}
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open txn
+        # Transactions ended by a marker at or above the high watermark: still unstable
+        # (first offset, marker offset) until the high watermark passes the marker.
+        self._unreplicated: list[tuple[int, int]] = []
+        self._high_watermark = 0
+        self.guards = VerificationGuards()
         self._map_end_offset = 0
         self._last_snapshot_offset: int | None = None
 
@@ -271,8 +301,50 @@ class ProducerStateManager:
         return self._producers.get(producer_id)
 
     def first_undecided_offset(self) -> int | None:
-        """First offset of the oldest open transaction (the LSO bound), if any."""
+        """First offset of the oldest open transaction, if any."""
         return min(self._ongoing.values()) if self._ongoing else None
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest transaction that is open, or ended by a marker the
+        high watermark has not passed yet (Kafka's ongoing + unreplicated): the LSO bound."""
+        firsts = [first for first, _ in self._unreplicated]
+        if self._ongoing:
+            firsts.append(min(self._ongoing.values()))
+        return min(firsts) if firsts else None
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction in this partition."""
+        return dict(self._ongoing)
+
+    def index_stable_offset(self, completed: CompletedTxn) -> int:
+        """The lastStableOffset recorded with `completed` in the .txnindex (call right
+        after the marker was applied): the first offset of the oldest other open
+        transaction, else the offset after the marker."""
+        return min(self._ongoing.values(), default=completed.last_offset + 1)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Transactions whose marker is below `high_watermark` become stable."""
+        self._high_watermark = high_watermark
+        if self._unreplicated:
+            self._unreplicated = [t for t in self._unreplicated if t[1] >= high_watermark]
+
+    def describe(self) -> list[ProducerInfo]:
+        """DescribeProducers: every producer this partition remembers, by producer id."""
+        out = []
+        for pid in sorted(self._producers):
+            e = self._producers[pid]
+            last = e.batches[-1] if e.batches else None
+            out.append(
+                ProducerInfo(
+                    pid,
+                    e.producer_epoch,
+                    e.last_seq,
+                    last.timestamp if last is not None else e.last_timestamp,
+                    e.coordinator_epoch,
+                    -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
+                )
+            )
+        return out
 
     def memory_estimate(self) -> int:
         """Approximate bytes held (tracemalloc, CPython 3.11, 100,000 producers): ~250 B per
@@ -283,17 +355,31 @@ class ProducerStateManager:
 
     # -- the append path -------------------------------------------------------------
 
+    def needs_verification(self, producer_id: int) -> bool:
+        """A transactional batch of this producer would start a transaction here, so the
+        Produce path must hold a verification guard (KIP-890)."""
+        return producer_id not in self._ongoing
+
+    def begin_verification(self, producer_id: int, producer_epoch: int, now_ms: int) -> object:
+        """The guard to pass back with the append once the coordinator confirmed that
+        this partition is in the producer's transaction (see `verification`)."""
+        return self.guards.begin(producer_id, producer_epoch, now_ms)
+
     def validate(
         self,
         header: BatchHeader,
         *,
         is_from_client: bool = True,
         coordinator_epoch: int | None = None,
+        verification_guard: object = None,
+        check_verification: bool = False,
     ) -> DuplicateBatch | None:
         """Check a batch before it is appended. Returns the original batch for a retried
         duplicate, None to go ahead, or raises the Kafka error to answer with.
 
-        `coordinator_epoch` is the marker's, for control batches (WriteTxnMarkers)."""
+        `coordinator_epoch` is the marker's, for control batches (WriteTxnMarkers). With
+        `check_verification`, a transactional batch that would start a transaction must
+        come with the producer's current `verification_guard` (KIP-890)."""
         if header.producer_id < 0:
             return None
         entry = self._producers.get(header.producer_id)
@@ -329,6 +415,17 @@ class ProducerStateManager:
                 f"producer {header.producer_id} sent a non-transactional batch while "
                 f"its transaction from offset {txn_first} is open"
             )
+        if (
+            check_verification
+            and header.is_transactional
+            and txn_first is None
+            and not self.guards.is_current(header.producer_id, verification_guard)
+        ):
+            raise InvalidTxnStateError(
+                f"producer {header.producer_id} epoch {header.producer_epoch} starts a "
+                "transaction in this partition without a current verification (the "
+                "partition was not verified in its transaction, or a marker ended it)"
+            )
         return None
 
     @staticmethod
@@ -349,17 +446,24 @@ class ProducerStateManager:
             )
 
     def update(
-        self, header: BatchHeader, now_ms: int, *, coordinator_epoch: int | None = None
+        self,
+        header: BatchHeader,
+        now_ms: int,
+        *,
+        coordinator_epoch: int | None = None,
+        control_type: ControlType | None = None,
     ) -> CompletedTxn | None:
         """Record a batch just appended (offsets assigned). Call for every batch, with or
         without a producer id, so `map_end_offset` follows the log end. Returns the
-        transaction a control batch closed, if any."""
+        transaction a marker closed, if any; a marker's `control_type` is required."""
         if header.base_offset < self._map_end_offset:
             raise ValueError(
                 f"batch at {header.base_offset} is below the producer state end "
                 f"{self._map_end_offset}: offsets not assigned, or appended out of order"
             )
-        return self._apply(header, now_ms, coordinator_epoch)
+        if header.is_control and header.producer_id >= 0 and control_type is None:
+            raise ValueError(f"marker at {header.base_offset} appended without its type")
+        return self._apply(header, now_ms, coordinator_epoch, control_type)
 
     def replay(
         self,
@@ -367,18 +471,24 @@ class ProducerStateManager:
         now_ms: int | None = None,
         *,
         coordinator_epoch: int | None = None,
+        control_type: ControlType | None = None,
     ) -> CompletedTxn | None:
         """Apply a batch read back from the log, without validation (Kafka's loading from
         the log). Batches below `map_end_offset` are already reflected and skipped. The
         idle clock starts at `now_ms` if given (recommended: the load time), else at the
-        batch's max timestamp."""
+        batch's max timestamp. A control batch without `control_type` (not a marker)
+        changes no transaction."""
         if header.next_offset <= self._map_end_offset:
             return None
         ts = header.max_timestamp if now_ms is None else now_ms
-        return self._apply(header, ts, coordinator_epoch)
+        return self._apply(header, ts, coordinator_epoch, control_type)
 
     def _apply(
-        self, header: BatchHeader, now_ms: int, coordinator_epoch: int | None
+        self,
+        header: BatchHeader,
+        now_ms: int,
+        coordinator_epoch: int | None,
+        control_type: ControlType | None,
     ) -> CompletedTxn | None:
         self._map_end_offset = header.next_offset
         pid = header.producer_id
@@ -387,12 +497,21 @@ class ProducerStateManager:
         entry = self._producers.get(pid)
         if entry is None:
             entry = self._producers[pid] = ProducerStateEntry(pid)
+        self.guards.on_epoch(pid, header.producer_epoch)
         entry.set_epoch(header.producer_epoch)
         entry.last_timestamp = now_ms
         if header.is_control:
+            if control_type is None:
+                return None  # not a transaction marker (logged by the reader)
+            self.guards.clear(pid)
             completed = None
-            if entry.current_txn_first_offset is not None:
-                completed = CompletedTxn(pid, entry.current_txn_first_offset, header.base_offset)
+            first = entry.current_txn_first_offset
+            if first is not None:
+                completed = CompletedTxn(
+                    pid, first, header.base_offset, control_type is ControlType.ABORT
+                )
+                if header.base_offset >= self._high_watermark:
+                    self._unreplicated.append((first, header.base_offset))
             entry.current_txn_first_offset = None
             self._ongoing.pop(pid, None)
             if coordinator_epoch is not None:
@@ -412,6 +531,7 @@ class ProducerStateManager:
         if header.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = header.base_offset
             self._ongoing[pid] = header.base_offset
+            self.guards.clear(pid)  # started: its later batches need no guard
         return None
 
     # -- expiry and truncation -------------------------------------------------------
@@ -427,6 +547,7 @@ class ProducerStateManager:
         doomed = [pid for pid, e in self._producers.items() if self._is_expired(e, now_ms)]
         for pid in doomed:
             del self._producers[pid]
+        self.guards.expire(now_ms, self.producer_id_expiration_ms)
         return len(doomed)
 
     def truncate_head(self, log_start_offset: int, directory: Path | None = None) -> None:
@@ -435,6 +556,7 @@ class ProducerStateManager:
         left at or above it, the current state is snapshotted so a crash cannot lose it."""
         if self._map_end_offset < log_start_offset:
             self._map_end_offset = log_start_offset
+        self._unreplicated = [t for t in self._unreplicated if t[1] >= log_start_offset]
         if directory is None:
             return
         delete_snapshots_below(directory, log_start_offset)
@@ -473,6 +595,8 @@ class ProducerStateManager:
     def _clear(self) -> None:
         self._producers.clear()
         self._ongoing.clear()
+        self._unreplicated.clear()
+        self.guards.clear_all()
         self._last_snapshot_offset = None
 
     # -- snapshots -------------------------------------------------------------------

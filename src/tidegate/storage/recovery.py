@@ -13,6 +13,9 @@ segments; whatever recovery repaired is fsynced before the log is used.
    trusted: indexes are sanity-checked and rebuilt if wrong. The others are recovered:
    every batch is CRC-checked and the file is cut at the first bad one; if a segment
    had to be cut, the segments after it (written later, never fsynced) are deleted.
+4. Transaction indexes (`.txnindex`): from the first segment that was recovered, or whose
+   txn index is missing or corrupt, every later segment's txn index is rebuilt from the
+   markers (`rebuild_txn_indexes`; needs a scratch producer state, see there).
 
 Invariant on return: segments are sorted, non-empty list, each ending on a batch boundary
 with offsets below the next segment's base offset.
@@ -45,6 +48,7 @@ from tidegate.storage.files import (
     SWAP_SUFFIX,
     TIMEINDEX_EXT,
     TMP_SUFFIX,
+    TXNINDEX_EXT,
     fsync_dir,
     parse_partition_dir,
     read_partition_metadata,
@@ -52,9 +56,11 @@ from tidegate.storage.files import (
     segment_path,
     write_partition_metadata,
 )
+from tidegate.storage.markers import read_marker
 from tidegate.storage.producer_snapshot import delete_snapshots_above
 from tidegate.storage.producer_state import ProducerStateManager
 from tidegate.storage.segment import LogSegment
+from tidegate.storage.txn_index import TxnIndexEntry
 
 __all__ = [
     "LoadResult",
@@ -62,6 +68,7 @@ __all__ = [
     "load_producer_state",
     "load_segments",
     "open_partition_dir",
+    "rebuild_txn_indexes",
     "replay_producer_state",
 ]
 
@@ -70,6 +77,7 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 LOG_START_OFFSET_FILE = "log-start-offset"
 CLEANER_OFFSET_FILE = "cleaner-offset"
+_SEGMENT_EXTS = (LOG_EXT, INDEX_EXT, TIMEINDEX_EXT, TXNINDEX_EXT)
 
 
 @dataclass
@@ -107,6 +115,12 @@ def open_partition_dir(
     result = load_segments(
         directory, config, now_ms, clean=clean, recovery_point=recovery_point, start_offset=start
     )
+    segs = result.segments
+    stale = [i for i, seg in enumerate(segs) if seg.txn_index_stale]
+    if stale:
+        log_start = min(max(start, segs[0].base_offset), segs[-1].next_offset)
+        rebuild_txn_indexes(directory, segs, stale[0], log_start, now_ms)
+        result.recovered = True
     if result.recovered:  # make the repaired state durable before trusting it
         for seg in result.segments:
             seg.sync()
@@ -152,7 +166,7 @@ def load_segments(
         if m.group(2) == LOG_EXT:
             bases.append(base)
         elif (
-            m.group(2) in (INDEX_EXT, TIMEINDEX_EXT)
+            m.group(2) in (INDEX_EXT, TIMEINDEX_EXT, TXNINDEX_EXT)
             and not segment_path(directory, base, LOG_EXT).exists()
         ):
             os.unlink(entry.path)
@@ -184,7 +198,7 @@ def load_segments(
                     seg.log_path.name,
                 )
                 for later in bases[i + 1 :]:
-                    for ext in (LOG_EXT, INDEX_EXT, TIMEINDEX_EXT):
+                    for ext in (LOG_EXT, INDEX_EXT, TIMEINDEX_EXT, TXNINDEX_EXT):
                         segment_path(directory, later, ext).unlink(missing_ok=True)
                 changed = True
                 break
@@ -221,7 +235,7 @@ def _complete_swap(directory: Path, base: int, swap: Path) -> None:
     log.info("%s: completing interrupted cleaner swap of %s", directory, swap.name)
     for entry in os.scandir(directory):
         m = SEGMENT_FILE_RE.match(entry.name)
-        if m is None or m.group(3) or m.group(2) not in (LOG_EXT, INDEX_EXT, TIMEINDEX_EXT):
+        if m is None or m.group(3) or m.group(2) not in _SEGMENT_EXTS:
             continue
         seg_base = int(m.group(1))
         if seg_base == base or (last is not None and base <= seg_base <= last):
@@ -261,11 +275,19 @@ def load_producer_state(
 
 
 def replay_producer_state(
-    psm: ProducerStateManager, segments: list[LogSegment], start: int, now_ms: int
+    psm: ProducerStateManager,
+    segments: list[LogSegment],
+    start: int,
+    now_ms: int,
+    *,
+    index_from: int | None = None,
 ) -> int:
     """Apply every batch header from the one holding `start` to the end of `segments`
-    (batches `psm` already reflects are skipped by `replay`). The idle clock of replayed
-    producers starts at `now_ms`. Returns the number of batches read."""
+    (batches `psm` already reflects are skipped by `replay`); markers are decoded for
+    their type and coordinator epoch. The idle clock of replayed producers starts at
+    `now_ms`. With `index_from`, aborted transactions whose marker is in a segment based
+    at or above it are appended to that segment's txn index (recovery rebuilds them).
+    Returns the number of batches read."""
     count = 0
     for seg in segments:
         if seg.next_offset <= start:
@@ -276,7 +298,41 @@ def replay_producer_state(
             if found is None:
                 continue
             position = found[0]
-        for _pos, header in seg.iter_headers(position):
-            psm.replay(header, now_ms)
+        indexing = index_from is not None and seg.base_offset >= index_from
+        for pos, header in seg.iter_headers(position):
             count += 1
+            if not (header.is_control and header.producer_id >= 0 and header.records_count):
+                psm.replay(header, now_ms)
+                continue
+            marker = read_marker(seg, pos, header)
+            control_type, epoch = marker if marker is not None else (None, None)
+            done = psm.replay(header, now_ms, coordinator_epoch=epoch, control_type=control_type)
+            if indexing and done is not None and done.is_aborted:
+                seg.txn_index.append(
+                    TxnIndexEntry(
+                        done.producer_id,
+                        done.first_offset,
+                        done.last_offset,
+                        psm.index_stable_offset(done),
+                    )
+                )
     return count
+
+
+def rebuild_txn_indexes(
+    directory: Path, segments: list[LogSegment], first: int, log_start_offset: int, now_ms: int
+) -> None:
+    """Rebuild the txn indexes of `segments[first:]` from their markers. A scratch
+    producer state is loaded from the newest snapshot at or below the first rebuilt
+    segment (else the log start) and replayed to the end, so transactions that began
+    in earlier segments get their true first offset."""
+    base = segments[first].base_offset
+    log.info("%s: rebuilding transaction indexes from offset %d", directory, base)
+    psm = ProducerStateManager()
+    psm.on_high_watermark_updated(segments[-1].next_offset)  # no unreplicated bookkeeping
+    loaded = psm.load_latest_snapshot(directory, base, log_start_offset=log_start_offset)
+    for seg in segments[first:]:
+        seg.txn_index.reset()
+        seg.txn_index_stale = False
+    start = log_start_offset if loaded is None else loaded
+    replay_producer_state(psm, segments, start, now_ms, index_from=base)

@@ -13,6 +13,9 @@ Invariants:
 - Index entries only point at batches that are already in the `.log` file (the log is
   written before the index), so a crash can lose index entries but never make one lie.
 - `next_offset` is one past the last offset stored (the base offset if empty).
+- `txn_index` (`.txnindex`, aborted transactions whose marker is in this segment) is
+  created with the segment; `txn_index_stale` says it must be rebuilt (missing, corrupt,
+  or the segment was recovered), which needs the producer state, so the loader does it.
 
 Thread-safety: all methods run under the owning log's lock, except `sync`, which a
 flusher thread may call concurrently with appends; it only fsyncs descriptors.
@@ -37,9 +40,10 @@ from tidegate.records.batch import (
 )
 from tidegate.storage.config import LogConfig
 from tidegate.storage.errors import CorruptIndexError
-from tidegate.storage.files import INDEX_EXT, LOG_EXT, TIMEINDEX_EXT, segment_path
+from tidegate.storage.files import INDEX_EXT, LOG_EXT, TIMEINDEX_EXT, TXNINDEX_EXT, segment_path
 from tidegate.storage.offset_index import OffsetIndex
 from tidegate.storage.time_index import NO_TIMESTAMP, TimeIndex
+from tidegate.storage.txn_index import TxnIndex
 
 __all__ = ["LogSegment", "check_batch"]
 
@@ -96,6 +100,13 @@ class LogSegment:
         if create:
             self.offset_index.reset()
             self.time_index.reset()
+        self.txn_index = TxnIndex(
+            segment_path(directory, base_offset, TXNINDEX_EXT, suffix), create=create
+        )
+        # The aborted-transaction index needs the producer state to be rebuilt, so the
+        # segment only flags it (missing, corrupt, or the log was recovered); the loader
+        # (`txn_recovery`) rebuilds it.
+        self.txn_index_stale = self.txn_index.missing
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset  # base offset of the batch holding it
@@ -129,7 +140,19 @@ class LogSegment:
             log.warning("%s: %s; rebuilding indexes", self.log_path, exc)
             return self.recover()
         self._load_first_timestamp()
+        self._load_txn_index()
         return 0
+
+    def _load_txn_index(self) -> None:
+        if self.txn_index.missing:
+            self.txn_index_stale = True
+            return
+        try:
+            self.txn_index.load()
+            self.txn_index.check_range(self.base_offset, self.next_offset)
+        except (CorruptIndexError, OSError) as exc:
+            log.warning("%s: %s; the transaction index will be rebuilt", self.log_path, exc)
+            self.txn_index_stale = True
 
     def _scan_tail(self) -> None:
         """Derive next offset and max timestamp from the index tails and the batches
@@ -220,6 +243,7 @@ class LogSegment:
         self.offset_index.write_pending()
         self.time_index.write_pending()
         self.indexes_missing = False
+        self.txn_index_stale = True  # rebuilt by the loader, which has the producer state
         return truncated
 
     # -- appending ---------------------------------------------------------------------
@@ -402,6 +426,7 @@ class LogSegment:
         self._dirty = True
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         if position == 0:
             self.next_offset = self.base_offset
             self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
@@ -421,6 +446,7 @@ class LogSegment:
             os.fdatasync(self._fd)
         self.offset_index.sync()
         self.time_index.sync()
+        self.txn_index.sync()
 
     def rename_log(self, suffix: str) -> None:
         """Rename only the `.log` file (the cleaner's commit point is `X.log.swap`)."""
@@ -432,6 +458,7 @@ class LogSegment:
         """Give the three files a new suffix ("" = live segment)."""
         for index, ext in ((self.offset_index, INDEX_EXT), (self.time_index, TIMEINDEX_EXT)):
             index.rename(segment_path(self.directory, self.base_offset, ext, suffix))
+        self.txn_index.rename(segment_path(self.directory, self.base_offset, TXNINDEX_EXT, suffix))
         new_log = segment_path(self.directory, self.base_offset, LOG_EXT, suffix)
         os.replace(self.log_path, new_log)
         self.log_path = new_log
@@ -446,7 +473,8 @@ class LogSegment:
 
     def delete_files(self) -> None:
         """Unlink the files (descriptors stay valid until `close`)."""
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        paths = (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
+        for path in paths:
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tidegate.common.clock import ManualClock
+from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.coordinator.runtime import (
     PARKED,
     CoordinatorLoadInProgressError,
@@ -21,7 +22,8 @@ from tidegate.coordinator.runtime import (
     partition_for,
 )
 from tidegate.coordinator.timers import DeadlineQueue
-from tidegate.records.control import ControlType, build_control_batch
+from tidegate.records.control import ControlType, build_control_batch, parse_control_record
+from tidegate.records.record import iter_batches
 from tidegate.storage.config import LogConfig
 from tidegate.storage.log import Log
 
@@ -149,3 +151,62 @@ def test_a_failed_append_fails_the_partition(
     assert rt.state(0) is PartitionState.FAILED and shard.replayed == []
     with pytest.raises(CoordinatorNotAvailableError):
         rt.shard(0)
+
+
+def test_a_transactional_result_is_one_transactional_batch(
+        setup: tuple[CoordinatorRuntime[Recorder], Log, ManualClock]) -> None:
+    rt, lg, _ = setup
+    shard, _ = rt.load(0, lg)
+    rt.publish(0, lg, shard)
+    out = rt.execute(0, lambda s, now: Result("ok", [(b"k1", b"v1"), (b"k2", b"v2")],
+                                              producer_id=77, producer_epoch=2))
+    assert out.appended == 2 and out.end_offset == 2
+    assert shard.replayed == [(0, b"k1", b"v1", 77, True), (1, b"k2", b"v2", 77, True)]
+    (header, _recs), = list(iter_batches(lg.read(0, 1 << 20)))
+    assert header.is_transactional and not header.is_control
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (77, 2, -1)
+    # a second write of the same transaction: no sequence, so not taken for a duplicate
+    out = rt.execute(0, lambda s, now: Result("ok", [(b"k3", b"v3")],
+                                              producer_id=77, producer_epoch=2))
+    assert out.appended == 1 and out.end_offset == 3
+    fresh, _ = rt.load(0, lg)
+    assert fresh.replayed == shard.replayed
+
+
+def test_a_fenced_epoch_fails_the_operation_not_the_partition(
+        setup: tuple[CoordinatorRuntime[Recorder], Log, ManualClock]) -> None:
+    rt, lg, _ = setup
+    shard, _ = rt.load(0, lg)
+    rt.publish(0, lg, shard)
+    rt.execute(0, lambda s, now: Result("ok", [(b"k", b"v")], producer_id=5, producer_epoch=3))
+    with pytest.raises(KafkaError) as e:
+        rt.execute(0, lambda s, now: Result("x", [(b"k", b"v")], producer_id=5,
+                                            producer_epoch=2))
+    assert e.value.code == ErrorCode.invalid_producer_epoch
+    assert not isinstance(e.value, CoordinatorNotAvailableError)
+    assert rt.state(0) is PartitionState.ACTIVE and lg.log_end_offset == 1
+    assert len(shard.replayed) == 1
+    with pytest.raises(KafkaError) as e:
+        rt.execute_marker(0, 5, 2, 0, True)
+    assert e.value.code == ErrorCode.invalid_producer_epoch
+    assert rt.state(0) is PartitionState.ACTIVE and shard.markers == []
+
+
+def test_execute_marker_appends_a_control_batch_then_replays_it(
+        setup: tuple[CoordinatorRuntime[Recorder], Log, ManualClock]) -> None:
+    rt, lg, _ = setup
+    shard, _ = rt.load(0, lg)
+    rt.publish(0, lg, shard)
+    rt.execute(0, lambda s, now: Result("ok", [(b"k", b"v")], producer_id=5, producer_epoch=0))
+    out = rt.execute_marker(0, 5, 0, 7, False)
+    assert out.appended == 1 and out.end_offset == 2 and shard.markers == [(5, False)]
+    batches = list(iter_batches(lg.read(0, 1 << 20)))
+    header, recs = batches[-1]
+    assert header.is_control and header.is_transactional and header.producer_id == 5
+    assert parse_control_record(recs[0].key, recs[0].value) == (ControlType.ABORT, 7)
+    fresh, _ = rt.load(0, lg)
+    assert fresh.markers == shard.markers and fresh.replayed == shard.replayed
+    lg.close()  # an I/O failure, unlike a rejection, fails the partition
+    with pytest.raises(CoordinatorNotAvailableError):
+        rt.execute_marker(0, 5, 0, 7, True)
+    assert rt.state(0) is PartitionState.FAILED

@@ -5,6 +5,7 @@ write, offsets of deleted topics."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,13 @@ from tidegate.coordinator.group.messages import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     SyncRequest,
+    TxnCommitPartition,
+    TxnOffsetCommitRequest,
 )
-from tidegate.coordinator.runtime import PartitionState
+from tidegate.coordinator.runtime import CoordinatorRuntime, PartitionState, ReplayRecord, Result
+from tidegate.coordinator.timers import DeadlineQueue
 from tidegate.server.broker import Broker
+from tidegate.server.coordinator import CoordinatorShell
 from tidegate.server.group_coordinator import OFFSETS_TOPIC
 
 from .harness import sub
@@ -152,6 +157,109 @@ def test_deleting_a_topic_deletes_its_offsets(tmp_path: Path) -> None:
                 break
             await asyncio.sleep(0.01)
         assert [f.topic for f in got.partitions] == ["u"]
+        await gc.stop()
+        b.close()
+
+    asyncio.run(main())
+
+
+class TimerShard:
+    """A shard that only has deadlines, and remembers when each one ran."""
+
+    def __init__(self, partition: int) -> None:
+        self.timers = DeadlineQueue()
+        self.fired: list[tuple[int, int]] = []  # (due, ran at)
+
+    def replay(self, records: Sequence[ReplayRecord], producer_id: int, producer_epoch: int,
+               transactional: bool) -> None:
+        pass
+
+    def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        pass
+
+    def set_time(self, now_ms: int) -> None:
+        pass
+
+    def on_loaded(self, now_ms: int) -> None:
+        pass
+
+    def poll(self, now_ms: int) -> Result[None]:
+        for due in self.timers.pop_due(now_ms):
+            assert isinstance(due, int)
+            self.fired.append((due, now_ms))
+        return Result(None)
+
+    def next_deadline(self) -> int | None:
+        return self.timers.next_deadline()
+
+
+def test_deadlines_fire_at_their_due_time(tmp_path: Path) -> None:
+    """No polling tick: the timer task sleeps until the earliest deadline, and an
+    operation scheduling an earlier one wakes it (it was sleeping for up to 1 s)."""
+    async def main() -> None:
+        b = _broker(tmp_path)
+        rt: CoordinatorRuntime[TimerShard] = CoordinatorRuntime(
+            "coordinator-timers", 1, TimerShard, b.clock)
+        shell = CoordinatorShell(b, rt, {})
+        await shell.start()
+        await asyncio.sleep(0.05)  # the timer task now sleeps: nothing is due
+
+        def schedule(due: int) -> Callable[[TimerShard, int, int], Result[None]]:
+            def op(s: TimerShard, _now: int, _t: int) -> Result[None]:
+                s.timers.schedule(due, due)
+                return Result(None)
+            return op
+
+        dues = []
+        for delay in (250, 60, 400, 120):
+            due = b.clock.now_ms() + delay
+            dues.append(due)
+            await shell.run(0, schedule(due))
+        await asyncio.sleep(0.55)
+        shard = rt.shard(0)
+        assert sorted(d for d, _ in shard.fired) == sorted(dues)
+        for due, ran in shard.fired:
+            assert due <= ran <= due + 30, (due, ran)
+        await shell.stop()
+        b.close()
+
+    asyncio.run(main())
+
+
+def test_transactional_offsets_and_markers_through_the_coordinator(tmp_path: Path) -> None:
+    """Under a relaxed flush policy too, a marker returns only once fsynced; the
+    on_durable hook follows the partition's durable end."""
+    async def main() -> None:
+        b = _broker(tmp_path, **{"log.flush.interval.messages": "100000"})
+        gc = b.group_coordinator
+        seen: dict[int, list[int]] = {}
+        gc.shell.on_durable = lambda p, end: seen.setdefault(p, []).append(end)
+        await gc.start()
+        p = gc.partition_for("g")
+        lg = b.get_log(OFFSETS_TOPIC, p)
+        assert lg is not None
+
+        def req(offset: int, epoch: int) -> TxnOffsetCommitRequest:
+            return TxnOffsetCommitRequest("tx", "g", 9, epoch,
+                                          partitions=(TxnCommitPartition("t", 0, offset),))
+
+        assert await gc.txn_commit(req(42, 0)) == [(("t", 0), ErrorCode.none)]
+        assert gc.has_pending(p, 9)
+        assert seen[p][-1] == 1  # after the load's 0, if that came first
+        got = await gc.fetch(OffsetFetchRequest("g", (("t", 0),), require_stable=True))
+        assert got.partitions[0].error == ErrorCode.unstable_offset_commit
+        await gc.write_marker(p, 9, 1, 0, True)  # the coordinator bumped the epoch
+        assert lg.recovery_point == lg.log_end_offset == 2
+        assert seen[p][-2:] == [1, 2] and seen[p] == sorted(set(seen[p]))
+        assert not gc.has_pending(p, 9)
+        got = await gc.fetch(OffsetFetchRequest("g", (("t", 0),), require_stable=True))
+        assert (got.partitions[0].offset, got.partitions[0].error) == (42, ErrorCode.none)
+        # epoch 0 is fenced now: per partition for TxnOffsetCommit, raised for a marker
+        assert await gc.txn_commit(req(50, 0)) == [(("t", 0), ErrorCode.invalid_producer_epoch)]
+        with pytest.raises(KafkaError) as e:
+            await gc.write_marker(p, 9, 0, 0, False)
+        assert e.value.code == ErrorCode.invalid_producer_epoch
+        assert gc.runtime.state(p) is PartitionState.ACTIVE
         await gc.stop()
         b.close()
 

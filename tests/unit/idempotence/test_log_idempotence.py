@@ -178,9 +178,9 @@ def test_retention_and_delete_records_keep_producers(tmp_path: Path) -> None:
     for seq in range(0, 60, 2):
         lg.append(pbatch(4, seq))
         lg.append(plain())
-    lg.high_watermark = lg.log_end_offset
+    lg.update_high_watermark(lg.log_end_offset)
     last = lg.append(pbatch(4, 60))
-    lg.high_watermark = lg.log_end_offset
+    lg.update_high_watermark(lg.log_end_offset)
     lg.delete_records_before(last.first_offset)
     assert lg.log_start_offset == last.first_offset
     assert all(off >= lg.log_start_offset for off, _ in list_snapshots(lg.directory))

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tidegate.records.batch import BatchHeader
+from tidegate.records.control import ControlType
 from tidegate.storage.producer_snapshot import list_snapshots
 from tidegate.storage.producer_state import (
     CompletedTxn,
@@ -178,7 +179,10 @@ def test_transactions_open_close_and_txn_state_check() -> None:
     b.send(header(5, 1, 2, transactional=True))
     m = at(marker(5, 1), b.end)
     b.psm.validate(m, coordinator_epoch=3)
-    assert b.psm.update(m, b.now, coordinator_epoch=3) == CompletedTxn(5, 0, 3)
+    with pytest.raises(ValueError):  # a marker's type is required
+        b.psm.update(m, b.now, coordinator_epoch=3)
+    done = b.psm.update(m, b.now, coordinator_epoch=3, control_type=ControlType.ABORT)
+    assert done == CompletedTxn(5, 0, 3, is_aborted=True)
     b.end = m.next_offset
     assert b.psm.first_undecided_offset() is None
     entry = b.psm.last_entry(5)

@@ -55,9 +55,14 @@ def all_batches(log: Log) -> list[tuple[BatchHeader, bytes]]:
     return out
 
 
-def fill(log: Log, count: int, *, records: int = 3, value_size: int = 40) -> list[bytes]:
-    """Append `count` batches; return the stored bytes of each (offsets assigned)."""
+def fill(
+    log: Log, count: int, *, records: int = 3, value_size: int = 40, hw: bool = True
+) -> list[bytes]:
+    """Append `count` batches; return the stored bytes of each (offsets assigned). With
+    `hw`, the high watermark then moves to the log end (the server's job; retention
+    needs it)."""
     for i in range(count):
         log.append(batch(records, ts=BASE_TS + i * 10, value_size=value_size, tag=i))
-    log.high_watermark = log.log_end_offset  # the server's job; retention needs it
+    if hw:
+        log.update_high_watermark(log.log_end_offset)
     return [raw for _, raw in all_batches(log)]

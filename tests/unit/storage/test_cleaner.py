@@ -39,7 +39,7 @@ def write_rounds(log: Log, rounds: int, keys: int = 5) -> dict[bytes, tuple[int,
             key, value = b"key-%d" % k, b"round-%d-%s" % (r, b"v" * 30)
             info = log.append(keyed([(key, value)], ts=BASE_TS + r))
             latest[key] = (info.first_offset, value)
-    log.high_watermark = log.log_end_offset
+    log.update_high_watermark(log.log_end_offset)
     return latest
 
 

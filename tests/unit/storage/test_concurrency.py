@@ -36,7 +36,7 @@ def test_concurrent_flush_while_appending(tmp_path: Path) -> None:
         info = log.append(batch(2, value_size=100, tag=i))
         ends.append(info.last_offset + 1)
         if i % 50 == 0:
-            log.high_watermark = log.log_end_offset
+            log.update_high_watermark(log.log_end_offset)
             log.apply_retention(BASE_TS + 10**10)  # deletes segments under the flushers
     stop.set()
     for t in threads:
@@ -57,7 +57,7 @@ def test_cleaner_thread_while_reading_and_appending(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "cmp-0", cfg, ManualClock(BASE_TS))
     for i in range(200):
         log.append(keyed([(b"k%d" % (i % 7), b"v" * 40)]))
-    log.high_watermark = log.log_end_offset
+    log.update_high_watermark(log.log_end_offset)
     done = threading.Event()
     failures: list[BaseException] = []
 

@@ -232,8 +232,9 @@ def test_truncate_below_log_start_restarts_there(tmp_path: Path) -> None:
 
 def test_delete_records_before(tmp_path: Path) -> None:
     log = open_log(tmp_path)
-    fill(log, 30)
-    log.high_watermark = 50
+    fill(log, 30, hw=False)
+    assert log.update_high_watermark(50) and not log.update_high_watermark(49)
+    assert log.high_watermark == 50
     with pytest.raises(OffsetOutOfRangeError):
         log.delete_records_before(51)
     before = len(log.segments)
@@ -257,7 +258,7 @@ def test_retention_by_time(tmp_path: Path) -> None:
     log = open_log(tmp_path, cfg, clock)
     for i in range(40):
         log.append(batch(3, ts=BASE_TS + i * 1000, value_size=40))
-    log.high_watermark = log.log_end_offset
+    log.update_high_watermark(log.log_end_offset)
     n = len(log.segments)
     assert log.apply_retention(BASE_TS + 60_000) == 0
     deleted = log.apply_retention(BASE_TS + 100_000)
@@ -273,10 +274,10 @@ def test_retention_by_time(tmp_path: Path) -> None:
 def test_retention_by_size_and_high_watermark(tmp_path: Path) -> None:
     cfg = LogConfig(segment_bytes=2048, retention_bytes=5000)
     log = open_log(tmp_path, cfg)
-    fill(log, 40)
-    log.high_watermark = log.segments[2].base_offset  # only segments below the HW may go
+    fill(log, 40, hw=False)
+    log.update_high_watermark(log.segments[2].base_offset)  # only segments below it may go
     assert log.apply_retention(BASE_TS) == 1
-    log.high_watermark = log.log_end_offset
+    log.update_high_watermark(log.log_end_offset)
     log.apply_retention(BASE_TS)
     assert log.size_bytes >= 5000
     assert log.size_bytes - log.segments[0].size < 5000

@@ -176,7 +176,7 @@ def test_retention_cleaner_flush_across_logs(tmp_path: Path) -> None:
         assert lg is not None
         for i in range(30):
             lg.append(batch(1, value_size=100, ts=BASE_TS + i))
-        lg.high_watermark = lg.log_end_offset
+        lg.update_high_watermark(lg.log_end_offset)
     assert m.run_retention(BASE_TS + 10_000) > 0
     stats = m.run_cleaner(BASE_TS)
     assert len(stats) == 1 and stats[0].records_kept < stats[0].records_in

@@ -73,7 +73,8 @@ def list_groups(
 def delete_groups(
     shard: GroupShard, group_ids: Iterable[str], now: int
 ) -> Result[list[tuple[str, ErrorCode]]]:
-    """Only Empty groups can be deleted: their offsets and metadata get tombstones."""
+    """Only Empty groups can be deleted: their offsets (committed, or pending on a
+    transaction) and metadata get tombstones."""
     results: list[tuple[str, ErrorCode]] = []
     records: list[Record] = []
     for gid in group_ids:
@@ -83,7 +84,9 @@ def delete_groups(
         elif group.state is not GroupState.EMPTY:
             results.append((gid, ErrorCode.non_empty_group))
         else:
-            records += [(encode_offset_commit_key(gid, *tp), None) for tp in group.offsets]
+            tps = list(group.offsets)
+            tps += [tp for tp in shard.pending.partitions(gid) if tp not in group.offsets]
+            records += [(encode_offset_commit_key(gid, *tp), None) for tp in tps]
             records.append((encode_group_metadata_key(gid), None))
             results.append((gid, ErrorCode.none))
     return Result(results, records)

@@ -28,6 +28,8 @@ __all__ = [
     "OffsetFetchResponse",
     "SyncRequest",
     "SyncResponse",
+    "TxnCommitPartition",
+    "TxnOffsetCommitRequest",
 ]
 
 
@@ -129,6 +131,30 @@ class OffsetCommitRequest:
     group_instance_id: str | None = None
     retention_ms: int = -1  # OffsetCommit v2-v4 retention_time; -1: broker default
     partitions: tuple[CommitPartition, ...] = ()
+
+
+@dataclass(frozen=True)
+class TxnCommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True)
+class TxnOffsetCommitRequest:
+    """TxnOffsetCommit: offsets committed as part of the producer's transaction
+    (member fields from v3, KIP-447; -1 / "" / None when absent)."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    partitions: tuple[TxnCommitPartition, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,15 @@
-"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, expiry, deleted topics.
+"""Committed offsets: OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, expiry,
+deleted topics.
 
 A commit is one OffsetCommitValue record per partition (v3, or v1 when the request
-carries a retention); a deletion is a tombstone. Expiry (Kafka 2.1+, KIP-211), run every
+carries a retention); a deletion is a tombstone. A TxnOffsetCommit writes the same
+records in a transactional batch of its producer (`Result.producer_id`): they stay
+pending (`shard.pending`) until the transaction's marker. Pending offsets are hidden
+from OffsetFetch, which answers the last committed offset — or, with `require_stable`,
+UNSTABLE_OFFSET_COMMIT for that partition (a retriable error: the client asks again).
+Expiry skips partitions with a pending offset and never removes a group holding one;
+OffsetDelete, DeleteGroups and deleted topics write tombstones for pending partitions
+too (a tombstone drops the pending offsets, as in Kafka). Expiry (Kafka 2.1+, KIP-211), run every
 `offsets.retention.check.interval.ms`:
 
 - a group with a protocol type that is Empty: offsets older than
@@ -25,6 +33,7 @@ from tidegate.coordinator.group.messages import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    TxnOffsetCommitRequest,
 )
 from tidegate.coordinator.group.model import CONSUMER_PROTOCOL_TYPE, Group, TopicPartition
 from tidegate.coordinator.group.shard import GroupShard
@@ -43,6 +52,7 @@ __all__ = [
     "expire",
     "fetch",
     "remove_topics",
+    "txn_commit",
 ]
 
 CommitErrors = list[tuple[TopicPartition, ErrorCode]]
@@ -88,17 +98,74 @@ def commit(shard: GroupShard, req: OffsetCommitRequest, now: int) -> Result[Comm
     return out
 
 
+def txn_commit(shard: GroupShard, req: TxnOffsetCommitRequest, now: int
+               ) -> Result[CommitErrors]:
+    """TxnOffsetCommit: the member checks of KIP-447 (v3+), then the offsets as one
+    transactional batch of the producer. An older producer epoch is refused by the log
+    (INVALID_PRODUCER_EPOCH, raised from the runtime). A group that does not exist is
+    created by the records' replay (a "simple" group), unless the request names a
+    generation: then ILLEGAL_GENERATION, as for OffsetCommit."""
+    code = _check_txn_member(shard, req)
+    if code is not ErrorCode.none:
+        return Result([((p.topic, p.partition), code) for p in req.partitions])
+    errors: CommitErrors = []
+    out: Result[CommitErrors] = Result(
+        errors, producer_id=req.producer_id, producer_epoch=req.producer_epoch)
+    limit = shard.config.offset_metadata_max_bytes
+    for p in req.partitions:
+        metadata = p.metadata or ""
+        if len(metadata.encode("utf-8")) > limit:
+            errors.append(((p.topic, p.partition), ErrorCode.offset_metadata_too_large))
+            continue
+        value = OffsetCommitValue(p.offset, metadata, now, p.leader_epoch)
+        out.records.append((
+            encode_offset_commit_key(req.group_id, p.topic, p.partition),
+            encode_offset_commit_value(value),
+        ))
+        errors.append(((p.topic, p.partition), ErrorCode.none))
+    return out
+
+
+def _check_txn_member(shard: GroupShard, req: TxnOffsetCommitRequest) -> ErrorCode:
+    """Kafka's classic-group check for transactional commits: anyone may commit to an
+    Empty group without a generation; a request naming a member (or a generation, or a
+    static instance) must be that member of the current generation. Unlike OffsetCommit
+    a commit without member fields is accepted in any state, and one during
+    CompletingRebalance is not refused (older clients send no member fields)."""
+    group = shard.groups.get(req.group_id)
+    if group is None:
+        return ErrorCode.illegal_generation if req.generation_id >= 0 else ErrorCode.none
+    if req.generation_id < 0 and group.state is GroupState.EMPTY:
+        return ErrorCode.none
+    if req.generation_id < 0 and not req.member_id and req.group_instance_id is None:
+        return ErrorCode.none
+    if req.group_instance_id is not None:
+        holder = group.static_members.get(req.group_instance_id)
+        if holder is None:
+            return ErrorCode.unknown_member_id
+        if holder != req.member_id:
+            return ErrorCode.fenced_instance_id
+    elif req.member_id not in group.members:
+        return ErrorCode.unknown_member_id
+    if req.generation_id != group.generation:
+        return ErrorCode.illegal_generation
+    return ErrorCode.none
+
+
 def fetch(shard: GroupShard, req: OffsetFetchRequest, now: int) -> Result[OffsetFetchResponse]:
-    """Committed offsets (-1 and empty metadata for partitions without one). Nothing is
-    pending on a transaction yet (TxnOffsetCommit is not implemented), so every offset
-    is stable and `require_stable` never yields UNSTABLE_OFFSET_COMMIT."""
+    """Committed offsets (-1 and empty metadata for partitions without one). With
+    `require_stable`, a partition with a pending transactional offset is answered
+    UNSTABLE_OFFSET_COMMIT (offset -1); without it, the last committed offset."""
     group = shard.groups.get(req.group_id)
     offsets = group.offsets if group is not None else {}
     wanted = sorted(offsets) if req.partitions is None else list(req.partitions)
+    check = req.require_stable and shard.pending.has_group(req.group_id)
     result = []
     for tp in wanted:
         o = offsets.get(tp)
-        if o is None:
+        if check and shard.pending.has(req.group_id, tp):
+            result.append(FetchedOffset(tp[0], tp[1], error=ErrorCode.unstable_offset_commit))
+        elif o is None:
             result.append(FetchedOffset(tp[0], tp[1]))
         else:
             result.append(FetchedOffset(tp[0], tp[1], o.offset, o.leader_epoch, o.metadata))
@@ -128,12 +195,13 @@ def delete_offsets(
             errors.append((tp, ErrorCode.group_subscribed_to_topic))
             continue
         errors.append((tp, ErrorCode.none))
-        if tp in group.offsets:
+        if tp in group.offsets or shard.pending.has(group_id, tp):
             out.records.append((encode_offset_commit_key(group_id, *tp), None))
     return out
 
 
-def _expired(group: Group, now: int, retention_ms: int) -> list[TopicPartition]:
+def _expired(shard: GroupShard, group: Group, now: int, retention_ms: int
+             ) -> list[TopicPartition]:
     ignore: frozenset[str] = frozenset()
     if group.protocol_type is not None and group.state is GroupState.EMPTY:
         empty_since = group.state_timestamp
@@ -156,9 +224,10 @@ def _expired(group: Group, now: int, retention_ms: int) -> list[TopicPartition]:
     else:
         return []
     expired = []
+    pending = shard.pending.has_group(group.group_id)
     for tp, o in group.offsets.items():
-        if tp[0] in ignore:
-            continue
+        if tp[0] in ignore or (pending and shard.pending.has(group.group_id, tp)):
+            continue  # an offset about to be replaced by a transaction's stays
         if o.expire_timestamp >= 0:
             if now >= o.expire_timestamp:
                 expired.append(tp)
@@ -170,8 +239,9 @@ def _expired(group: Group, now: int, retention_ms: int) -> list[TopicPartition]:
 def _cleanup(
     shard: GroupShard, now: int, select: Callable[[Group], list[TopicPartition]]
 ) -> Result[int]:
-    """Tombstone the offsets `select` picks in every group; remove Empty groups left
-    without offsets. The response is the number of offsets removed."""
+    """Tombstone the offsets `select` picks in every group (committed, or pending on
+    a transaction); remove Empty groups left without offsets of either kind. The
+    response is the number of partitions tombstoned."""
     records: list[Record] = []
     removed = 0
     for group in list(shard.groups.values()):
@@ -179,7 +249,9 @@ def _cleanup(
         for tp in doomed:
             records.append((encode_offset_commit_key(group.group_id, *tp), None))
         removed += len(doomed)
-        left = len(group.offsets) - len(doomed)
+        gone = set(doomed)
+        left = sum(1 for tp in group.offsets if tp not in gone) + sum(
+            1 for tp in shard.pending.partitions(group.group_id) if tp not in gone)
         if (
             group.state is GroupState.EMPTY
             and left == 0
@@ -195,9 +267,15 @@ def _cleanup(
 
 def expire(shard: GroupShard, now: int) -> Result[int]:
     retention = shard.config.offsets_retention_ms
-    return _cleanup(shard, now, lambda g: _expired(g, now, retention))
+    return _cleanup(shard, now, lambda g: _expired(shard, g, now, retention))
 
 
 def remove_topics(shard: GroupShard, topics: frozenset[str], now: int) -> Result[int]:
-    """Deleting a topic deletes every group's committed offsets for it."""
-    return _cleanup(shard, now, lambda g: [tp for tp in g.offsets if tp[0] in topics])
+    """Deleting a topic deletes every group's committed and pending offsets for it."""
+
+    def select(g: Group) -> list[TopicPartition]:
+        tps = {tp for tp in g.offsets if tp[0] in topics}
+        tps.update(tp for tp in shard.pending.partitions(g.group_id) if tp[0] in topics)
+        return sorted(tps)
+
+    return _cleanup(shard, now, select)

@@ -1,7 +1,17 @@
 """`GroupShard`: the groups of one `__consumer_offsets` partition, replay and timers.
 
-`replay` is the only code that changes durable state (offsets, stored group metadata);
-it also resets a group's live view to what a stored record says. The request
+`replay` is the only code that changes durable state (offsets, stored group metadata,
+pending transactional offsets); it also resets a group's live view to what a stored
+record says.
+
+Transactional offset commits (a transactional batch with a producer id, written by
+TxnOffsetCommit) go to `pending` (see `pending.py`), not to `group.offsets`;
+`replay_marker` moves a producer's pending offsets to `group.offsets` on COMMIT — each
+only if its record is later in the log than the committed offset's record (Kafka keeps
+the most recent commit when transactional and plain commits mix) — and drops them on
+ABORT. A group with pending offsets is never removed as empty. The same happens at load,
+since loading replays the batches and markers in log order: offsets whose marker is not
+in the log yet stay pending until the marker is written. The request
 operations live in `rebalance.py` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
 `offsets.py` (OffsetCommit, OffsetFetch, OffsetDelete, expiry) and `admin.py`
 (DescribeGroups, ListGroups, DeleteGroups); each is `op(shard, ..., now) -> Result`.
@@ -19,6 +29,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 from tidegate.coordinator.group.config import GroupConfig
 from tidegate.coordinator.group.model import Group, Member, OffsetAndMetadata
+from tidegate.coordinator.group.pending import PendingOffsets
 from tidegate.coordinator.group.states import GroupState
 from tidegate.coordinator.runtime import ReplayRecord, Result
 from tidegate.coordinator.timers import DeadlineQueue
@@ -26,6 +37,7 @@ from tidegate.protocol.coordinator_records import (
     CoordinatorRecordError,
     GroupMetadataKey,
     GroupMetadataValue,
+    OffsetCommitKey,
     decode_group_metadata_value,
     decode_key,
     offset_commit_fields,
@@ -55,6 +67,7 @@ class GroupShard:
         self.config = config or GroupConfig()
         self.new_id = new_id
         self.groups: dict[str, Group] = {}
+        self.pending = PendingOffsets()
         self.timers = DeadlineQueue()
         self.now_ms = 0
         self.loading = True
@@ -95,14 +108,31 @@ class GroupShard:
                 return out
 
     def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """Transactional offset commits are not implemented yet, so no record of ours
-        is pending on a marker; markers are accepted and ignored."""
+        """A COMMIT applies the producer's pending offsets where newer (by record
+        offset) than the committed ones; an ABORT drops them."""
+        done = self.pending.take(producer_id)
+        for gid, tps in done.items():
+            group = self.groups.get(gid)
+            if group is None:  # cannot happen (pending keeps groups); be safe
+                group = self.groups[gid] = Group(gid)
+            if commit:
+                committed = group.offsets
+                for tp, o in tps.items():
+                    cur = committed.get(tp)
+                    if cur is None or o.record_offset > cur.record_offset:
+                        committed[tp] = o
+            self.drop_if_removable(group)
 
     def replay(self, records: Sequence[ReplayRecord], producer_id: int = -1,
                producer_epoch: int = -1, transactional: bool = False) -> None:
         """Apply records. Offset commits — nearly all of a loaded log — take an inlined
-        path (names interned, no intermediate objects): a million load in seconds."""
+        path (names interned, no intermediate objects): a million load in seconds.
+        A transactional batch's offset commits become pending instead."""
+        if transactional and producer_id >= 0:
+            self._replay_transactional(records, producer_id)
+            return
         names, groups, fields = self._names, self.groups, offset_commit_fields
+        pending = self.pending
         v3, q, i32, new_tuple, oam = _V3.unpack_from, _Q.unpack_from, _I.unpack_from, \
             tuple.__new__, OffsetAndMetadata
         for r in records:
@@ -128,6 +158,8 @@ class GroupShard:
                 if value is None:
                     if group is not None:
                         group.offsets.pop(tp, None)
+                        if pending:
+                            pending.discard(gid, tp)
                         self.drop_if_removable(group)
                     continue
                 if group is None:
@@ -152,6 +184,24 @@ class GroupShard:
                 self.skipped_records += 1  # e.g. KIP-848 consumer-group records: not ours
 
     # -- replay ---------------------------------------------------------------------------
+
+    def _replay_transactional(self, records: Sequence[ReplayRecord], producer_id: int) -> None:
+        """Offset commits of a transactional batch wait for the producer's marker;
+        tombstones and other records apply at once, as in a plain batch."""
+        for r in records:
+            if r.key is None or r.value is None:
+                self.replay([r])
+                continue
+            key = decode_key(r.key)
+            if not isinstance(key, OffsetCommitKey):
+                self.replay([r])
+                continue
+            offset, epoch, metadata, ts, expire = offset_commit_fields(r.value)
+            gid = key.group
+            if gid not in self.groups:
+                self.groups[gid] = Group(gid)
+            self.pending.add(producer_id, gid, (key.topic, key.partition),
+                             OffsetAndMetadata(offset, epoch, metadata, ts, expire, r.offset))
 
     def _replay_group(self, group_id: str, value: GroupMetadataValue) -> None:
         group = self.groups.get(group_id)
@@ -219,7 +269,8 @@ class GroupShard:
         if not self.loading:
             group.transition_to(GroupState.DEAD, self.now_ms)
         self.cancel_group_timers(group)
-        if group.offsets:  # offsets outlive their group's metadata (Kafka's loader too)
+        # offsets (committed or pending) outlive their group's metadata (Kafka's too)
+        if group.offsets or self.pending.has_group(group_id):
             survivor = self.groups[group_id] = Group(group_id)
             survivor.offsets = group.offsets
 
@@ -239,8 +290,10 @@ class GroupShard:
         self.timers.cancel(("sync", gid))
 
     def drop_if_removable(self, group: Group) -> None:
-        """Forget a group that holds nothing (e.g. created by a join that went away)."""
-        if group.is_removable and self.groups.get(group.group_id) is group:
+        """Forget a group that holds nothing (e.g. created by a join that went away);
+        pending transactional offsets count."""
+        if (group.is_removable and self.groups.get(group.group_id) is group
+                and not self.pending.has_group(group.group_id)):
             self.cancel_group_timers(group)
             del self.groups[group.group_id]
 

@@ -10,8 +10,12 @@ Fetch sessions (KIP-227): the broker answers session id 0, which tells clients t
 no session was created, so every fetch is a full fetch. All clients we test handle
 that, and it keeps no per-client state in the broker.
 
-`isolation_level` is accepted; until transactions exist the last stable offset is
-the high watermark and no aborted transactions are reported.
+read_committed (`isolation_level` 1): data is returned only below the partition's last
+stable offset (the first offset of its oldest open transaction, else the high
+watermark), and the response lists the aborted transactions overlapping the returned
+range (producer id and first offset, from the `.txnindex` files) so the consumer can
+drop their records; control batches are returned like data and dropped by the client,
+as in Kafka. read_uncommitted reads up to the high watermark and gets no aborted list.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.protocol.messages import build, ms, view
+from tidegate.records.batch import parse_header, peek_size
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID, error_fields, resolve_topic
@@ -64,8 +69,10 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                 parts_out.append(out)
                 continue
             hw = lg.high_watermark
+            lso = lg.last_stable_offset
             out["high_watermark"] = hw
-            out["last_stable_offset"] = hw
+            out["last_stable_offset"] = lso
+            bound = lso if isolation == READ_COMMITTED else hw
             out["log_start_offset"] = lg.log_start_offset
             offset = int(p.fetch_offset)
             limit = min(int(p.partition_max_bytes), remaining)
@@ -75,10 +82,10 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                         f"offset {offset} is outside {lg.log_start_offset}..{lg.log_end_offset}",
                         code=ErrorCode.offset_out_of_range,
                     )
-                if offset >= hw or (limit <= 0 and not first_data):
+                if offset >= bound or (limit <= 0 and not first_data):
                     data = b""
                 else:
-                    data = lg.read(offset, limit, max_offset=hw, min_one_batch=first_data)
+                    data = lg.read(offset, limit, max_offset=bound, min_one_batch=first_data)
             except KafkaError as e:
                 out["error_code"], _ = error_fields(e)
                 any_error = True
@@ -89,11 +96,28 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                 total += len(data)
                 remaining = max(remaining - len(data), 0)
             out["records"] = data
+            if data and isolation == READ_COMMITTED:
+                out["aborted_transactions"] = [
+                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    for a in lg.aborted_transactions(offset, _end_offset(data))
+                ]
             parts_out.append(out)
         topics_out.append(
             {"topic": name or "", "topic_id": topic_id or ZERO_UUID, "partitions": parts_out}
         )
     return topics_out, total, any_error
+
+
+def _end_offset(data: bytes) -> int:
+    """The offset after the last whole batch in `data`."""
+    end = pos = 0
+    while pos < len(data):
+        size = peek_size(data, pos)
+        if size is None or pos + size > len(data):
+            break
+        end = parse_header(data, pos).next_offset
+        pos += size
+    return end
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:

@@ -1,8 +1,10 @@
-"""FindCoordinator: this node coordinates every group (v0-v3 one key, v4+ batched keys).
+"""FindCoordinator: this node coordinates every group and every transactional id (v0-v3
+one key, v4+ batched keys).
 
-Key type 0 (groups) answers this node once the group coordinator has started; key
-type 1 (transactions) answers COORDINATOR_NOT_AVAILABLE until the transaction
-coordinator exists; other key types (2, share groups) are INVALID_REQUEST.
+Key type 0 (groups) and key type 1 (transactional ids) answer this node once the
+matching coordinator has started (COORDINATOR_NOT_AVAILABLE before, which clients
+retry); an empty transactional id is INVALID_REQUEST, as in Kafka. Other key types
+(2, share groups) are INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -18,32 +20,40 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
 
-def _lookup(broker: Broker, key_type: int) -> tuple[ErrorCode, str | None]:
+def _lookup(broker: Broker, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
     if key_type == GROUP_KEY_TYPE:
         if broker.group_coordinator.available:
             return ErrorCode.none, None
         return ErrorCode.coordinator_not_available, "the group coordinator is starting"
     if key_type == TRANSACTION_KEY_TYPE:
-        return ErrorCode.coordinator_not_available, "the transaction coordinator is not available"
+        if not key:
+            return ErrorCode.invalid_request, "the transactional id must not be empty"
+        if broker.txn_coordinator.available:
+            return ErrorCode.none, None
+        return ErrorCode.coordinator_not_available, "the transaction coordinator is starting"
     return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
+
+
+def _node(broker: Broker, code: ErrorCode) -> dict[str, Any]:
+    lis = broker.config.advertised_listeners()[0]
+    if code == ErrorCode.none:
+        return {"node_id": broker.node_id, "host": lis.host, "port": lis.port}
+    return {"node_id": -1, "host": "", "port": -1}
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     key_type = int(view(req, "key_type", GROUP_KEY_TYPE))
-    lis = broker.config.advertised_listeners()[0]
-    code, message = _lookup(broker, key_type)
-    node: dict[str, Any] = (
-        {"node_id": broker.node_id, "host": lis.host, "port": lis.port}
-        if code == ErrorCode.none
-        else {"node_id": -1, "host": "", "port": -1}
-    )
     if ctx.api_version >= 4:
-        coordinators = [
-            {"key": key, **node, "error_code": code, "error_message": message}
-            for key in req.coordinator_keys
-        ]
+        coordinators = []
+        for key in req.coordinator_keys or ():
+            code, message = _lookup(broker, key_type, str(key))
+            coordinators.append(
+                {"key": key, **_node(broker, code), "error_code": code, "error_message": message}
+            )
         return build(ctx.response_class, {"throttle_time": 0, "coordinators": coordinators})
+    code, message = _lookup(broker, key_type, str(view(req, "key", "") or ""))
     return build(
         ctx.response_class,
-        {"throttle_time": 0, "error_code": code, "error_message": message, **node},
+        {"throttle_time": 0, "error_code": code, "error_message": message,
+         **_node(broker, code)},
     )

@@ -33,6 +33,7 @@ def _check_epoch(current: int) -> ErrorCode:
 
 
 async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    committed = int(view(req, "isolation_level", 0)) == 1
     topics = []
     for t in req.topics:
         parts = []
@@ -57,20 +58,23 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> 
                 parts.append(out)
                 continue
             ts = int(p.timestamp)
+            # read_committed sees only what lies below the last stable offset
+            visible = lg.last_stable_offset if committed else lg.high_watermark
             try:
                 if ts == LATEST:
-                    out["offset"] = lg.high_watermark
+                    out["offset"] = visible
                 elif ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_TIERED):
                     out["offset"] = lg.log_start_offset
                 elif ts == MAX_TIMESTAMP:
-                    if lg.high_watermark > lg.log_start_offset:
+                    if visible > lg.log_start_offset:
                         max_ts, max_off = lg.max_timestamp_and_offset()
-                        out["timestamp"], out["offset"] = max_ts, max_off
+                        if max_off < visible:
+                            out["timestamp"], out["offset"] = max_ts, max_off
                 elif ts < 0:
                     out["error_code"] = ErrorCode.invalid_request
                 else:
                     found = lg.offset_for_timestamp(ts)
-                    if found is not None and found[0] < lg.high_watermark:
+                    if found is not None and found[0] < visible:
                         out["offset"], out["timestamp"] = found
             except KafkaError as e:
                 out["error_code"], _ = error_fields(e)

@@ -1,8 +1,11 @@
 """Produce: validate and append record batches; answer per acks.
 
-acks=0 sends no response; acks=1 answers once the data is in the log; acks=all
-(-1) answers once it is also fsynced (group commit, see durability.py) unless the
-topic's flush policy is relaxed. Any other acks value is INVALID_REQUIRED_ACKS for
+acks=0 sends no response. acks=1 and acks=all (-1) answer once the data is fsynced
+(group commit, see durability.py) and so below the high watermark, unless the topic's
+flush policy is relaxed (then right after the append, which moved the high watermark):
+on one node the in-sync replicas are the leader alone, so, as on a one-replica Kafka,
+acks=1 means acks=all and an acknowledged record is at once visible to ListOffsets and
+Fetch. Any other acks value is INVALID_REQUIRED_ACKS for
 every partition, as in the Java broker. Errors are per partition: one bad batch
 never fails the other partitions of the request.
 
@@ -17,7 +20,7 @@ the log accepts an unknown producer at any sequence). Every record is checked
 a timestamp out of range) are listed in the partition's record_errors (v8+), each with
 its index in the batch, as Kafka does. A retry of a cached batch is not
 written again and is answered NONE with the original base offset, as Kafka does; under
-acks=all it is answered only once that original data is durable, like the first send.
+acks=1 or all it is answered only once that original data is durable, like the first send.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
+from tidegate.records.batch import parse_header
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields, resolve_topic
+from tidegate.storage.log import Log
 from tidegate.storage.record_checks import RecordValidationError
 
 log = logging.getLogger(__name__)
@@ -54,6 +59,52 @@ def _partition_result(
         "record_errors": [],
         "error_message": message,
     }
+
+
+def _transactional_producer(records: Any) -> tuple[int, int] | None:
+    """(producer id, epoch) of a transactional batch; None otherwise (or unreadable:
+    the log's validation answers that)."""
+    try:
+        header = parse_header(records, 0)
+    except Exception:
+        return None
+    if not header.is_transactional or header.is_control:
+        return None
+    return header.producer_id, header.producer_epoch
+
+
+async def _verify_transactional(
+    broker: Broker, req: Any, topic: str, partition: int, lg: Log, txn: tuple[int, int],
+    *, implicit_add: bool,
+) -> tuple[ErrorCode, object | None]:
+    """KIP-890 verification, for every client version: a transactional batch that would
+    start a transaction in this partition is written only if the coordinator has the
+    partition in the producer's ongoing transaction. A late or zombie batch therefore
+    cannot open a transaction nobody will end (a hanging transaction).
+
+    The guard taken before asking is cleared by any marker for the producer written
+    meanwhile, so a transaction that ends while we ask is not reopened.
+
+    Produce v12+ is transaction version 2 (KIP-890): the producer sends no
+    AddPartitionsToTxn; the broker adds the partition to the transaction itself."""
+    producer_id, epoch = txn
+    transactional_id = view(req, "transactional_id")
+    if not transactional_id:
+        # Kafka: a transactional batch needs a transactional id it may write for
+        return ErrorCode.transactional_id_authorization_failed, None
+    if producer_id < 0:
+        return ErrorCode.invalid_record, None
+    if not lg.needs_verification(producer_id):
+        return ErrorCode.none, None
+    guard = lg.begin_verification(producer_id, epoch)
+    try:
+        code = await broker.txn_coordinator.verify_partition(
+            str(transactional_id), producer_id, epoch, (topic, partition), add=implicit_add)
+    except KafkaError as e:
+        code = e.code
+    if code == ErrorCode.producer_fenced:
+        code = ErrorCode.invalid_producer_epoch  # Produce never answers PRODUCER_FENCED
+    return code, guard
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -103,8 +154,20 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     )
                 )
                 continue
+            guard: object | None = None
+            txn = _transactional_producer(records)
+            if txn is not None and name:
+                code, guard = await _verify_transactional(
+                    broker, req, name, index, lg, txn, implicit_add=ctx.api_version >= 12)
+                if code == ErrorCode.transaction_abortable and ctx.api_version < 12:
+                    code = ErrorCode.invalid_txn_state  # clients before KIP-890 know this one
+                if code != ErrorCode.none:
+                    log.warning("rejected transactional produce to %s-%d from %s (%s): %s",
+                                name, index, ctx.peer, ctx.client_id, code.name.upper())
+                    results.append((key, _partition_result(index, code)))
+                    continue
             try:
-                info = lg.append(records, single_batch=True)
+                info = lg.append(records, single_batch=True, verification_guard=guard)
             except KafkaError as e:
                 code, msg = error_fields(e)
                 log.log(
@@ -126,14 +189,15 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     ]
                 results.append((key, result))
                 continue
-            except OSError as e:
-                log.error("storage error appending to %s-%d: %s", name, index, e)
+            except OSError as e:  # a full disk is logged once per directory, not per append
+                broker.logs.space.write_failed(e, f"appending to {name}-{index}")
                 results.append(
                     (key, _partition_result(index, ErrorCode.kafka_storage_error, str(e)))
                 )
                 continue
             if not info.duplicate:  # a duplicate wrote nothing
                 broker.after_append(name, index, lg)  # type: ignore[arg-type]
+                broker.logs.space.write_succeeded()
             result = _partition_result(
                 index,
                 ErrorCode.none,
@@ -143,7 +207,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 info.log_start_offset,
             )
             results.append((key, result))
-            if acks == -1:
+            if acks != 0:  # acks=1 waits too: on one node it is acks=all (module doc)
                 waits.append(broker.wait_durable(lg, info.last_offset + 1))
                 wait_slots.append(result)
     if acks == 0:

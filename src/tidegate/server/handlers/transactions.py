@@ -1,0 +1,220 @@
+"""The transaction APIs a producer calls: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+TxnOffsetCommit; and WriteTxnMarkers, which a transaction coordinator sends to the
+leaders of a transaction's partitions.
+
+The handlers check what Kafka's KafkaApis checks before reaching a coordinator, and turn
+coordinator answers into each version's response shape:
+
+- AddPartitionsToTxn v0-v3 (clients) carry one transaction; v4+ (KIP-890) carry many
+  and may be `verify_only`. A partition of a topic that does not exist is
+  UNKNOWN_TOPIC_OR_PARTITION and every other partition of the request
+  OPERATION_NOT_ATTEMPTED, with nothing added (Kafka's rule: all or nothing). Internal
+  topics cannot be added: `__consumer_offsets` joins a transaction through
+  AddOffsetsToTxn, and `__transaction_state` never does (INVALID_TOPIC_EXCEPTION, as a
+  Produce to an internal topic gets).
+- EndTxn v5+ is transaction version 2: the answer carries the producer id and epoch the
+  producer must use next (the coordinator bumps the epoch at every end).
+- TxnOffsetCommit goes to the group coordinator after checking (KIP-890 verification)
+  that the group's `__consumer_offsets` partition is in the ongoing transaction; from
+  v5 (transaction version 2) the producer sends no AddOffsetsToTxn and the partition is
+  added here instead.
+- PRODUCER_FENCED goes only to versions that know it (KIP-588: AddPartitionsToTxn,
+  AddOffsetsToTxn and EndTxn v2+, InitProducerId v4+); older ones get
+  INVALID_PRODUCER_EPOCH.
+- An empty transactional id is INVALID_REQUEST; a request naming the wrong coordinator
+  NOT_COORDINATOR (never, on one node, for a started coordinator).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.common.topics import CONSUMER_OFFSETS, INTERNAL_TOPICS
+from tidegate.protocol.messages import build, view
+from tidegate.server.broker import Broker
+from tidegate.server.context import RequestContext
+from tidegate.server.markers import Marker, write_markers
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+def _fenced(code: ErrorCode, version: int, since: int) -> ErrorCode:
+    """KIP-588: PRODUCER_FENCED exists on the wire from version `since` of each API;
+    older versions get INVALID_PRODUCER_EPOCH, which is what they always had."""
+    if code == ErrorCode.producer_fenced and version < since:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+def _partition_errors(broker: Broker, topics: Any) -> tuple[list[TopicPartition],
+                                                            dict[TopicPartition, ErrorCode]]:
+    """The partitions a request names, and the errors of those that cannot be added."""
+    wanted: list[TopicPartition] = []
+    errors: dict[TopicPartition, ErrorCode] = {}
+    for t in topics or ():
+        name = str(t.name)
+        meta = broker.logs.topics.get(name)
+        for p in t.partitions or ():
+            tp = (name, int(p))
+            wanted.append(tp)
+            if name in INTERNAL_TOPICS:
+                errors[tp] = ErrorCode.invalid_topic_exception
+            elif meta is None or not 0 <= tp[1] < meta.partitions:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+    return wanted, errors
+
+
+async def _add_one(broker: Broker, txn_id: str, producer_id: int, epoch: int, topics: Any,
+                   verify_only: bool) -> dict[TopicPartition, ErrorCode]:
+    wanted, errors = _partition_errors(broker, topics)
+    if errors:
+        return {tp: errors.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+    if not txn_id:
+        return dict.fromkeys(wanted, ErrorCode.invalid_request)
+    try:
+        return await broker.txn_coordinator.add_partitions(
+            txn_id, producer_id, epoch, wanted, verify_only=verify_only)
+    except KafkaError as e:
+        return dict.fromkeys(wanted, e.code)
+
+
+def _by_topic(results: dict[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), code in results.items():
+        grouped.setdefault(topic, []).append(
+            {"partition_index": partition, "partition_error_code": code})
+    return [{"name": t, "results_by_partition": parts} for t, parts in grouped.items()]
+
+
+async def handle_add_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if ctx.api_version <= 3:
+        results = await _add_one(
+            broker, str(req.v3_and_below_transactional_id),
+            int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch),
+            req.v3_and_below_topics, False)
+        results = {tp: _fenced(c, ctx.api_version, 2) for tp, c in results.items()}
+        return build(ctx.response_class, {
+            "throttle_time": 0, "results_by_topic_v3_and_below": _by_topic(results)})
+    out = []
+    for txn in req.transactions or ():
+        results = await _add_one(
+            broker, str(txn.transactional_id), int(txn.producer_id), int(txn.producer_epoch),
+            txn.topics, bool(txn.verify_only))
+        out.append({"transactional_id": txn.transactional_id,
+                    "topic_results": _by_topic(results)})
+    return build(ctx.response_class, {
+        "throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": out})
+
+
+async def handle_add_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    txn_id, group_id = str(req.transactional_id), str(req.group_id)
+    if not txn_id:
+        code = ErrorCode.invalid_request
+    elif not group_id:
+        code = ErrorCode.invalid_group_id
+    else:
+        try:
+            code = await broker.txn_coordinator.add_offsets(
+                txn_id, int(req.producer_id), int(req.producer_epoch), group_id)
+        except KafkaError as e:
+            code = e.code
+    code = _fenced(code, ctx.api_version, 2)
+    return build(ctx.response_class, {"throttle_time": 0, "error_code": code})
+
+
+async def handle_end_txn(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    txn_id = str(req.transactional_id)
+    pid, epoch = int(req.producer_id), int(req.producer_epoch)
+    if not txn_id:
+        return build(ctx.response_class, {"throttle_time": 0,
+                                          "error_code": ErrorCode.invalid_request,
+                                          "producer_id": -1, "producer_epoch": -1})
+    try:
+        code, new_pid, new_epoch = await broker.txn_coordinator.end_txn(
+            txn_id, pid, epoch, bool(req.committed), ctx.api_version)
+    except KafkaError as e:
+        code, new_pid, new_epoch = e.code, -1, -1
+    code = _fenced(code, ctx.api_version, 2)
+    return build(ctx.response_class, {"throttle_time": 0, "error_code": code,
+                                      "producer_id": new_pid, "producer_epoch": new_epoch})
+
+
+async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    from tidegate.coordinator.group.messages import TxnCommitPartition, TxnOffsetCommitRequest
+
+    txn_id, group_id = str(req.transactional_id), str(req.group_id)
+    pid, epoch = int(req.producer_id), int(req.producer_epoch)
+    codes: dict[TopicPartition, ErrorCode] = {}
+    valid: list[TxnCommitPartition] = []
+    for t in req.topics or ():
+        name = str(t.name)
+        meta = broker.logs.topics.get(name)
+        for p in t.partitions or ():
+            index = int(p.partition_index)
+            if meta is None or not 0 <= index < meta.partitions:
+                codes[(name, index)] = ErrorCode.unknown_topic_or_partition
+                continue
+            valid.append(TxnCommitPartition(
+                name, index, int(p.committed_offset),
+                int(view(p, "committed_leader_epoch", -1)), p.committed_metadata))
+    if valid:
+        code = ErrorCode.none
+        if not txn_id:
+            code = ErrorCode.invalid_request
+        elif not group_id:
+            code = ErrorCode.invalid_group_id
+        else:
+            try:
+                code = await broker.txn_coordinator.verify_offsets(
+                    txn_id, pid, epoch, group_id, add=ctx.api_version >= 5)
+            except KafkaError as e:
+                code = e.code
+        if code == ErrorCode.none:
+            tr = TxnOffsetCommitRequest(
+                transactional_id=txn_id, group_id=group_id, producer_id=pid,
+                producer_epoch=epoch,
+                generation_id=int(view(req, "generation_id", -1)),
+                member_id=str(view(req, "member_id", "") or ""),
+                group_instance_id=view(req, "group_instance_id"),
+                partitions=tuple(valid))
+            try:
+                for tp, c in await broker.group_coordinator.txn_commit(tr):
+                    codes[tp] = c
+            except KafkaError as e:
+                for p in valid:
+                    codes[(p.topic, p.partition)] = e.code
+        else:
+            for p in valid:
+                codes[(p.topic, p.partition)] = code
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for t in req.topics or ():
+        for p in t.partitions or ():
+            tp = (str(t.name), int(p.partition_index))
+            topics.setdefault(tp[0], []).append(
+                {"partition_index": tp[1], "error_code": codes.get(tp, ErrorCode.none)})
+    return build(ctx.response_class, {"throttle_time": 0, "topics": [
+        {"name": name, "partitions": parts} for name, parts in topics.items()]})
+
+
+async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    out = []
+    for m in req.markers or ():
+        marker = Marker(int(m.producer_id), int(m.producer_epoch), int(m.coordinator_epoch),
+                        bool(m.transaction_result))
+        wanted: list[TopicPartition] = []
+        for t in m.topics or ():
+            wanted += [(str(t.name), int(p)) for p in t.partition_indexes or ()]
+        writable = [tp for tp in wanted
+                    if tp[0] == CONSUMER_OFFSETS or tp[0] not in INTERNAL_TOPICS]
+        results = await write_markers(broker, marker, writable)
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for tp in wanted:
+            code = results.get(tp, ErrorCode.invalid_topic_exception)
+            grouped.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": code})
+        out.append({"producer_id": m.producer_id, "topics": [
+            {"name": name, "partitions": parts} for name, parts in grouped.items()]})
+    return build(ctx.response_class, {"markers": out})
