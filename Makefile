@@ -33,7 +33,14 @@ deps-node:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
 	@[ -d $(KAFKAJS)/node_modules/kafkajs ] || npm ci --prefix $(KAFKAJS) --no-audit --no-fund --loglevel=error
 
-run: install
+# Serving needs only the package (and its C speedups), not the test and lint tools.
+RUN_STAMP := $(VENV)/.installed-run
+$(RUN_STAMP): pyproject.toml setup.py src/tidegate/records/_speedups.c | $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/tidegate serve --override listeners=PLAINTEXT://127.0.0.1:9092 \
 	    --override log.dirs=./tidegate-data $(ARGS)
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -22,6 +23,11 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 from tests.integration.conftest import ROOT, BrokerProcess, free_port
+from tests.integration.rawclient import RawClient
+
+_SET = AlterConfigOpType.SET
+_APPEND = AlterConfigOpType.APPEND
+_SUBTRACT = AlterConfigOpType.SUBTRACT
 
 
 def _admin(b: BrokerProcess) -> AdminClient:
@@ -238,3 +244,159 @@ def test_advertised_listeners_properties_file_and_env(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert "stopped cleanly" in out
+
+
+def _ialter(a: AdminClient, res: ConfigResource, *entries: ConfigEntry) -> None:
+    r = ConfigResource(res.restype, res.name, incremental_configs=list(entries))
+    a.incremental_alter_configs([r])[r].result(30)
+
+
+def _error_of(fut: Any) -> str:
+    with pytest.raises(KafkaException) as ei:
+        fut.result(30)
+    return str(ei.value)
+
+
+def test_subtract_may_empty_a_list_config(shared_broker: BrokerProcess) -> None:
+    a = _admin(shared_broker)
+    a.create_topics([NewTopic("sub-empty", 1, 1)])["sub-empty"].result(30)
+    res = ConfigResource("topic", "sub-empty")
+    _ialter(a, res, ConfigEntry("cleanup.policy", "delete", incremental_operation=_SUBTRACT))
+    entry = a.describe_configs([res])[res].result(30)["cleanup.policy"]
+    assert (entry.value or "", entry.source) == ("", 1)
+    _ialter(a, res, ConfigEntry("cleanup.policy", "compact", incremental_operation=_APPEND))
+    assert a.describe_configs([res])[res].result(30)["cleanup.policy"].value == "compact"
+
+
+def test_unknown_broker_in_an_assignment_is_invalid_replica_assignment(
+    shared_broker: BrokerProcess,
+) -> None:
+    a = _admin(shared_broker)
+    err = _error_of(a.create_topics([NewTopic("ra-bad", 1, replica_assignment=[[2]])])["ra-bad"])
+    assert "INVALID_REPLICA_ASSIGNMENT" in err, err
+    a.create_topics([NewTopic("ra-ok", 2, replica_assignment=[[1], [1]])])["ra-ok"].result(30)
+    fut = a.create_partitions([NewPartitions("ra-ok", 3, replica_assignment=[[7]])])["ra-ok"]
+    assert "INVALID_REPLICA_ASSIGNMENT" in _error_of(fut)
+    a.create_partitions([NewPartitions("ra-ok", 3, replica_assignment=[[1]])])["ra-ok"].result(30)
+    assert len(a.list_topics("ra-ok", timeout=10).topics["ra-ok"].partitions) == 3
+
+
+def test_config_sources_and_dynamic_broker_keys(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "data", overrides={"log.retention.hours": "100"})
+    b.start()
+    try:
+        a = _admin(b)
+        broker_res = ConfigResource("broker", "1")
+        cfg = a.describe_configs([broker_res])[broker_res].result(30)
+        assert (cfg["log.retention.hours"].value, cfg["log.retention.hours"].source) == ("100", 4)
+        assert (cfg["num.partitions"].value, cfg["num.partitions"].source) == ("1", 5)
+        assert (cfg["min.insync.replicas"].value, cfg["min.insync.replicas"].source) == ("1", 5)
+        assert cfg["background.threads"].source == 5 and not cfg["background.threads"].is_read_only
+        assert cfg["log.dirs"].source == 4 and cfg["log.dirs"].is_read_only
+        a.create_topics([NewTopic("src", 1, 1)])["src"].result(30)
+        topic_res = ConfigResource("topic", "src")
+        tcfg = a.describe_configs([topic_res])[topic_res].result(30)
+        assert (tcfg["retention.ms"].value, tcfg["retention.ms"].source) == ("360000000", 4)
+        assert tcfg["min.insync.replicas"].source == 5
+
+        # librdkafka's admin test: a non-incremental AlterConfigs of a listener key.
+        res = ConfigResource(
+            "broker", "1", set_config={"sasl.kerberos.min.time.before.relogin": "58000"}
+        )
+        a.alter_configs([res])[res].result(30)
+        _ialter(
+            a,
+            broker_res,
+            ConfigEntry("min.insync.replicas", "1", incremental_operation=_SET),
+            ConfigEntry("background.threads", "9", incremental_operation=_SET),
+            ConfigEntry("num.io.threads", "4", incremental_operation=_SET),
+            ConfigEntry("log.cleaner.threads", "2", incremental_operation=_SET),
+            ConfigEntry("max.connections", "1000", incremental_operation=_SET),
+            ConfigEntry("unclean.leader.election.enable", "false", incremental_operation=_SET),
+            ConfigEntry("message.max.bytes", "2000000", incremental_operation=_SET),
+        )
+        cfg = a.describe_configs([broker_res])[broker_res].result(30)
+        for name, value in [
+            ("sasl.kerberos.min.time.before.relogin", "58000"),
+            ("min.insync.replicas", "1"),
+            ("background.threads", "9"),
+            ("num.io.threads", "4"),
+            ("message.max.bytes", "2000000"),
+        ]:
+            assert (cfg[name].value, cfg[name].source) == (value, 3), name
+        tcfg = a.describe_configs([topic_res])[topic_res].result(30)
+        assert tcfg["min.insync.replicas"].source == 3
+        assert (tcfg["max.message.bytes"].value, tcfg["max.message.bytes"].source) == ("2000000", 3)
+        # The cluster-default resource lists only the dynamic values.
+        raw = RawClient(b.bootstrap)
+        resp = raw.call(
+            32,
+            4,
+            {"resources": [{"resource_type": 4, "resource_name": "", "configuration_keys": None}]},
+        )
+        raw.close()
+        dcfg = {c.name: c for c in resp.results[0].configs}
+        assert "num.partitions" not in dcfg and dcfg["background.threads"].config_source == 3
+        # Read-only keys, unprefixed keystore keys and bad values are refused.
+        for name, value, code in [
+            ("log.dirs", "/tmp/x", "INVALID_REQUEST"),
+            ("num.partitions", "3", "INVALID_REQUEST"),
+            ("ssl.keystore.location", "/k.jks", "INVALID_REQUEST"),
+            ("background.threads", "many", "INVALID_CONFIG"),
+            ("background.threads", "0", "INVALID_CONFIG"),
+        ]:
+            r = ConfigResource(
+                "broker",
+                "1",
+                incremental_configs=[ConfigEntry(name, value, incremental_operation=_SET)],
+            )
+            assert code in _error_of(a.incremental_alter_configs([r])[r]), name
+        _ialter(
+            a,
+            broker_res,
+            ConfigEntry(
+                "listener.name.plaintext.ssl.keystore.location",
+                "/k.jks",
+                incremental_operation=_SET,
+            ),
+        )
+        b.restart()
+        a = _admin(b)
+        cfg = a.describe_configs([broker_res])[broker_res].result(30)
+        assert (cfg["background.threads"].value, cfg["background.threads"].source) == ("9", 3)
+        assert cfg["listener.name.plaintext.ssl.keystore.location"].value == "/k.jks"
+    finally:
+        b.stop()
+
+
+def test_authorized_operations_without_an_authorizer(shared_broker: BrokerProcess) -> None:
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    a = _admin(shared_broker)
+    a.create_topics([NewTopic("ops", 1, 1)])["ops"].result(30)
+    cluster = a.describe_cluster(include_authorized_operations=True).result(30)
+    assert set(cluster.authorized_operations or []) == {
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    }
+    topic = a.describe_topics(TopicCollection(["ops"]), include_authorized_operations=True)[
+        "ops"
+    ].result(30)
+    assert set(topic.authorized_operations or []) == {
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    }
+    plain = a.describe_cluster().result(30)
+    assert not plain.authorized_operations

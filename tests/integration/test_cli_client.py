@@ -329,3 +329,110 @@ def test_cli_errors_are_one_clear_line(shared_broker: BrokerProcess) -> None:
         stdin=b"no separator\n",
     )
     assert r.returncode == 1 and "line 1 has no key separator" in r.stderr.decode()
+
+
+# -- first use: quiet close, poll(timeout=), the consume summary, `make run` ------------
+
+_CLOSE_SCRIPT = """
+import sys
+from tidegate.client import Admin, Consumer, Producer, TopicPartition
+bs, topic = sys.argv[1], sys.argv[2]
+c = Consumer(bootstrap_servers=bs, group_id="quiet", auto_offset_reset="earliest",
+             request_timeout_ms=1000)
+c.assign([TopicPartition(topic, p) for p in range(3)])
+try:
+    print("polled", len(c.poll(1500)), len(c.poll(timeout=0.2)))
+except Exception as e:
+    print("poll failed:", type(e).__name__)
+c.close()
+p = Producer(bootstrap_servers=bs, delivery_timeout_ms=1500, request_timeout_ms=1000)
+p.send(topic, b"x")
+try:
+    p.flush()
+except Exception as e:
+    print("flush failed:", type(e).__name__)
+p.close()
+a = Admin(bootstrap_servers=bs, request_timeout_ms=1000)
+try:
+    a.describe_cluster()
+except Exception as e:
+    print("admin failed:", type(e).__name__)
+a.close()
+print("closed")
+"""
+
+
+@pytest.mark.parametrize("reachable", [True, False])
+def test_blocking_clients_close_quietly(shared_broker: BrokerProcess, reachable: bool) -> None:
+    topic = topic_name("quiet")
+    create(shared_broker, topic, 3)
+    bs = shared_broker.bootstrap if reachable else f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), PYTHONASYNCIODEBUG="0")
+    r = subprocess.run(
+        [sys.executable, "-c", _CLOSE_SCRIPT, bs, topic],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "closed" in r.stdout
+    if reachable:  # poll(timeout=seconds) is accepted
+        assert "polled" in r.stdout, r.stdout
+    for bad in ("Task was destroyed", "Event loop is closed", "Traceback", "never retrieved"):
+        assert bad not in r.stderr, r.stderr
+
+
+def test_consume_summary_starts_its_own_line_after_ctrl_c(shared_broker: BrokerProcess) -> None:
+    import pty
+    import select
+    import signal as _signal
+
+    topic = topic_name("summary")
+    create(shared_broker, topic)
+    assert cli("produce", topic, "--bootstrap-server", shared_broker.bootstrap,
+               stdin=b"a\nb\nc\n").returncode == 0  # fmt: skip
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: consume on a terminal until interrupted
+        os.environ["PYTHONPATH"] = str(ROOT / "src")
+        os.execv(sys.executable, [sys.executable, "-m", "tidegate.cli.main", "consume", topic,
+                                  "--from-beginning", "--bootstrap-server",
+                                  shared_broker.bootstrap])  # fmt: skip
+    out = b""
+    deadline = time.monotonic() + 30
+    try:
+        while b"c\r\n" not in out and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.5)[0]:
+                out += os.read(fd, 4096)
+        os.write(fd, b"\x03")  # Ctrl-C typed on the terminal: echoed as ^C, then SIGINT
+        while time.monotonic() < deadline:
+            if not select.select([fd], [], [], 0.5)[0]:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        try:
+            os.kill(pid, _signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+    text = out.decode(errors="replace")
+    assert "Processed a total of 3 messages" in text, text
+    line = next(x for x in text.splitlines() if "Processed a total" in x)
+    assert line.strip() == "Processed a total of 3 messages", text
+
+
+def test_make_run_installs_only_what_serving_needs(tmp_path: Path) -> None:
+    r = subprocess.run(
+        ["make", "-n", "-B", "run", f"VENV={tmp_path / 'venv'}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=30,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "pip install --quiet -e ." in r.stdout
+    assert "[dev]" not in r.stdout and "tidegate serve" in r.stdout

@@ -174,7 +174,24 @@ def run(args: argparse.Namespace) -> int:
             await consumer.close()
         return 0
 
+    interrupted = False
     try:
         return run_client("consume", main)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
-        print(f"Processed a total of {count} messages", file=sys.stderr)
+        _summary(count, interrupted)
+
+
+def _summary(count: int, interrupted: bool) -> None:
+    """The count on stderr, on a line of its own: records still buffered for stdout go
+    out first, and after Ctrl-C on a terminal (which echoes "^C" after the last record)
+    the summary starts a new line."""
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        pass
+    lead = "\n" if interrupted and sys.stderr.isatty() else ""
+    print(f"{lead}Processed a total of {count} messages", file=sys.stderr, flush=True)

@@ -67,9 +67,45 @@ class LoopThread:
         return self.run(wrapper())
 
     def stop(self) -> None:
+        """Cancel and finish every task still on the loop, then stop and close it.
+
+        Background tasks a client leaves behind (a metadata refresh retrying an
+        unreachable broker, a connection reader) are cancelled and awaited here, and
+        the default executor is shut down, so nothing is destroyed pending or calls
+        back into a closed loop ("Task was destroyed but it is pending!", "Event loop
+        is closed").
+        """
         if not self._thread.is_alive():
             return
+        if threading.current_thread() is self._thread:
+            self.loop.stop()
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(_drain(), self.loop).result(_DRAIN_TIMEOUT_S)
+        except Exception:  # best effort: stop the loop regardless
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
-            self.loop.close()
+        self._thread.join()
+        self.loop.close()
+
+
+_DRAIN_TIMEOUT_S = 10.0
+
+
+async def _drain() -> None:
+    """Cancel every other task on this loop and wait for them; retrieve their outcomes
+    so none is reported as never retrieved."""
+    me = asyncio.current_task()
+    for _ in range(3):  # a cancelled task may start another one while finishing
+        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        if not tasks:
+            break
+        for t in tasks:
+            t.cancel()
+        done, _pending = await asyncio.wait(tasks, timeout=2.0)
+        for t in done:
+            if not t.cancelled():
+                t.exception()
+    loop = asyncio.get_running_loop()
+    await loop.shutdown_asyncgens()
+    await asyncio.wait_for(loop.shutdown_default_executor(), 5.0)

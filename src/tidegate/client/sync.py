@@ -19,7 +19,7 @@ from types import TracebackType
 
 from tidegate.client.admin import AsyncAdmin
 from tidegate.client.config import AdminConfig, ConsumerConfig
-from tidegate.client.consumer.blocking import CallbackPump
+from tidegate.client.consumer.blocking import CallbackPump, poll_timeout_ms
 from tidegate.client.consumer.consumer import AsyncConsumer, PartitionLike, TopicsLike
 from tidegate.client.consumer.group import CommitCallback, ConsumerGroupMetadata
 from tidegate.client.consumer.group_offsets import OffsetAndMetadata
@@ -32,9 +32,12 @@ from tidegate.client.types import (
     ConsumerRecord,
     NewTopic,
     OffsetAndTimestamp,
+    ProducerState,
     TopicDescription,
     TopicInfo,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 from tidegate.common.errors import KafkaError
 from tidegate.records.record import Record
@@ -123,13 +126,17 @@ class Consumer:
     def paused(self) -> set[TopicPartition]:
         return self._loop.call(self._async.paused)
 
-    def poll(self, timeout_ms: int = 1000,
-             max_records: int | None = None) -> list[ConsumerRecord]:
-        return self._pump.run(self._loop, self._async.poll(timeout_ms, max_records))
+    def poll(self, timeout_ms: int | None = None, max_records: int | None = None, *,
+             timeout: float | None = None) -> list[ConsumerRecord]:
+        """Records fetched within `timeout_ms` milliseconds (default 1000) — or
+        `timeout` seconds, as confluent-kafka's `poll(timeout)` takes them."""
+        wait = poll_timeout_ms(timeout_ms, timeout)
+        return self._pump.run(self._loop, self._async.poll(wait, max_records))
 
-    def poll_batches(self, timeout_ms: int = 1000, max_records: int | None = None
-                     ) -> dict[TopicPartition, list[Record]]:
-        return self._pump.run(self._loop, self._async.poll_batches(timeout_ms, max_records))
+    def poll_batches(self, timeout_ms: int | None = None, max_records: int | None = None,
+                     *, timeout: float | None = None) -> dict[TopicPartition, list[Record]]:
+        wait = poll_timeout_ms(timeout_ms, timeout)
+        return self._pump.run(self._loop, self._async.poll_batches(wait, max_records))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         while not self._closed:
@@ -225,6 +232,23 @@ class Admin:
 
     def describe_cluster(self) -> ClusterDescription:
         return self._loop.run(self._async.describe_cluster())
+
+    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                          duration_filter_ms: int = -1) -> list[TransactionListing]:
+        return self._loop.run(self._async.list_transactions(states, producer_ids,
+                                                            duration_filter_ms))
+
+    def describe_transactions(self, ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        return self._loop.run(self._async.describe_transactions(ids))
+
+    def describe_producers(self, partitions: Iterable[TopicPartition]
+                           ) -> dict[TopicPartition, list[ProducerState]]:
+        return self._loop.run(self._async.describe_producers(partitions))
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int,
+                          producer_epoch: int, coordinator_epoch: int) -> None:
+        self._loop.run(self._async.abort_transaction(topic, partition, producer_id,
+                                                     producer_epoch, coordinator_epoch))
 
     def close(self) -> None:
         if self._closed:

@@ -8,6 +8,12 @@ the schema of `cls` over the bytes without building anything and rejects any len
 passes, every array length is bounded by the frame size, which is bounded by
 `socket.request.max.bytes`.
 
+It also rejects a null (length -1) where the schema of that version does not allow
+one: a non-nullable array, string, bytes field or array element. kio would decode it
+as None and hand the handler a request its types promise cannot exist; Kafka's own
+parser refuses such a request ("non-nullable field ... was serialized as null") and
+the broker closes the connection, as it does for any undecodable request.
+
 The walk costs O(number of fields), independent of record payload sizes.
 """
 
@@ -15,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
+import typing
 from typing import Any
 
 from kio.serial._introspect import (
@@ -53,7 +61,23 @@ class _F:
     kafka_type: str
     size: int
     sub: Any
-    optional: bool
+    optional: bool  # the field may be null
+    name: str = ""
+    items_optional: bool = True  # elements of a primitive array may be null
+
+
+def _nullable(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    return origin in (types.UnionType, typing.Union) and type(None) in typing.get_args(annotation)
+
+
+def _items_nullable(annotation: Any) -> bool:
+    for arg in typing.get_args(annotation) or ():
+        if typing.get_origin(arg) is tuple:
+            return _nullable(typing.get_args(arg)[0])
+    if typing.get_origin(annotation) is tuple:
+        return _nullable(typing.get_args(annotation)[0])
+    return True
 
 
 @functools.cache
@@ -64,20 +88,23 @@ def _plan(cls: Any) -> tuple[tuple[_F, ...], dict[int, _F], bool]:
     for f in dataclasses.fields(cls):
         cl = classify_field(f)
         kt = f.metadata.get("kafka_type", "")
+        nullable = _nullable(f.type)
         if isinstance(cl, EntityTupleField):
-            spec = _F("entities", kt, 0, cl.type_, True)
+            spec = _F("entities", kt, 0, cl.type_, nullable, f.name)
         elif isinstance(cl, EntityField):
-            spec = _F("entity", kt, 0, cl.type_, is_optional(f))
+            spec = _F("entity", kt, 0, cl.type_, is_optional(f), f.name)
         elif isinstance(cl, PrimitiveTupleField):
-            spec = _F("prims", kt, _FIXED.get(kt, 0), None, True)
+            spec = _F(
+                "prims", kt, _FIXED.get(kt, 0), None, nullable, f.name, _items_nullable(f.type)
+            )
         elif kt in _FIXED:
-            spec = _F("fixed", kt, _FIXED[kt], None, False)
+            spec = _F("fixed", kt, _FIXED[kt], None, False, f.name)
         elif kt == "string":
-            spec = _F("string", kt, 0, None, True)
+            spec = _F("string", kt, 0, None, nullable, f.name)
         elif kt in ("bytes", "records"):
-            spec = _F("bytes", kt, 0, None, True)
+            spec = _F("bytes", kt, 0, None, nullable, f.name)
         else:
-            spec = _F("fixed", kt, 0, None, False)
+            spec = _F("fixed", kt, 0, None, False, f.name)
         tag = f.metadata.get("tag")
         if tag is not None:
             tagged[int(tag)] = spec
@@ -138,16 +165,25 @@ def _walk(cls: Any, buf: bytes, pos: int, end: int, flexible_override: bool | No
     return pos
 
 
+def _null_check(spec: _F, n: int) -> None:
+    if n < -1:
+        raise GuardError(f"field {spec.name} has negative length {n}")
+    if n == -1 and not spec.optional:
+        raise GuardError(f"non-nullable field {spec.name} was serialized as null")
+
+
 def _field(spec: _F, buf: bytes, pos: int, end: int, flexible: bool) -> int:
     kind = spec.kind
     if kind == "fixed":
         pos += spec.size
     elif kind == "string":
         n, pos = _length(buf, pos, end, flexible, 2)
+        _null_check(spec, n)
         if n > 0:
             pos += n
     elif kind == "bytes":
         n, pos = _length(buf, pos, end, flexible, 4)
+        _null_check(spec, n)
         if n > 0:
             pos += n
     elif kind == "entity":
@@ -160,6 +196,7 @@ def _field(spec: _F, buf: bytes, pos: int, end: int, flexible: bool) -> int:
         pos = _walk(spec.sub, buf, pos, end, None)
     else:
         n, pos = _length(buf, pos, end, flexible, 4)
+        _null_check(spec, n)
         if n > 0:
             if kind == "prims" and spec.size:
                 if n * spec.size > end - pos:
@@ -178,7 +215,8 @@ def _field(spec: _F, buf: bytes, pos: int, end: int, flexible: bool) -> int:
                                 spec.kafka_type,
                                 0,
                                 None,
-                                True,
+                                spec.items_optional,
+                                f"{spec.name}[]",
                             ),
                             buf,
                             pos,

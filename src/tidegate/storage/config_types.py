@@ -81,9 +81,10 @@ class OneOf:
 
     def problem(self, value: ConfigValue) -> str | None:
         if isinstance(value, tuple):
+            # An empty list is valid, as in Kafka's ValidList: an IncrementalAlterConfigs
+            # SUBTRACT may remove every item (an empty cleanup.policy neither deletes nor
+            # compacts).
             bad = [v for v in value if v not in self.values]
-            if not value:
-                return f"Empty list, allowed values are: {', '.join(self.values)}"
             return f"allowed values are: {', '.join(self.values)}" if bad else None
         if value in self.values:
             return None

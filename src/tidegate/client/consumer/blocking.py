@@ -10,6 +10,11 @@ callbacks run on the thread that called `poll()` (or `close()`/`unsubscribe()`).
 call to the pump and wait for it; `run(loop, coro)` is what the blocking methods use
 instead of `LoopThread.run`: while the coroutine runs on the loop thread, the calling
 thread executes the posted callbacks, so they may call the consumer's blocking methods.
+
+`poll_timeout_ms(timeout_ms, timeout)` reads the blocking `poll`'s wait: milliseconds,
+or seconds given as `timeout=` (confluent-kafka's `poll(1.0)` means one second; here
+`poll(1.0)` would be one millisecond, so a float below 1 is refused with a hint and
+any other float warns once).
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import queue
+import warnings
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from tidegate.client.types import TopicPartition
 
-__all__ = ["CallbackPump"]
+__all__ = ["CallbackPump", "poll_timeout_ms"]
 
 T = TypeVar("T")
 _Job = tuple[Callable[[set[TopicPartition]], object], set[TopicPartition],
@@ -31,6 +37,34 @@ _Job = tuple[Callable[[set[TopicPartition]], object], set[TopicPartition],
 
 class _Done:
     pass
+
+
+DEFAULT_POLL_MS = 1000
+
+
+def poll_timeout_ms(timeout_ms: float | None, timeout: float | None) -> int:
+    """The poll wait in milliseconds from `timeout_ms` or `timeout` (seconds)."""
+    if timeout is not None:
+        if timeout_ms is not None:
+            raise TypeError("poll() takes timeout_ms (milliseconds) or timeout (seconds), "
+                            "not both")
+        if timeout < 0:
+            raise ValueError(f"poll(timeout={timeout!r}): seconds must be >= 0")
+        return round(timeout * 1000)
+    if timeout_ms is None:
+        return DEFAULT_POLL_MS
+    if isinstance(timeout_ms, float):
+        if 0 < timeout_ms < 1:
+            raise ValueError(
+                f"poll({timeout_ms!r}) asks for {timeout_ms} milliseconds; the first "
+                f"argument is timeout_ms — for seconds, as confluent-kafka's poll takes "
+                f"them, call poll(timeout={timeout_ms!r})")
+        warnings.warn(
+            f"poll({timeout_ms!r}) waits {timeout_ms:g} milliseconds (the first argument is "
+            f"timeout_ms); for seconds use poll(timeout={timeout_ms!r})",
+            UserWarning, stacklevel=3)
+        return int(timeout_ms)
+    return int(timeout_ms)
 
 
 class CallbackPump:

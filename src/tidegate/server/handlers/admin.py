@@ -20,20 +20,36 @@ from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID, error_fields
 from tidegate.server.handlers.configs import describe_topic_configs, validate_topic_configs
 from tidegate.server.handlers.metadata import brokers_payload
+from tidegate.server.handlers.operations import CLUSTER_OPS, authorized_operations
 
 log = logging.getLogger(__name__)
 
 
+def _invalid_assignment(message: str) -> KafkaError:
+    return KafkaError(message, code=ErrorCode.invalid_replica_assignment)
+
+
 def _check_replication(broker: Broker, factor: int, assignments: Any) -> None:
+    """A replication factor this one node can hold, and assignments naming only it.
+
+    As in Kafka, an assignment naming an unknown broker, naming one twice, or naming
+    none is INVALID_REPLICA_ASSIGNMENT; too large a factor is INVALID_REPLICATION_FACTOR.
+    """
     if factor not in (-1, 1) and factor is not None:
         raise InvalidReplicationFactorError(
             f"replication factor {factor} is larger than the 1 available broker"
         )
     for a in assignments or ():
-        ids = list(view(a, "broker_ids", ()))
-        if ids != [broker.node_id]:
-            raise InvalidReplicationFactorError(
-                f"replica assignment {ids} names brokers other than {broker.node_id}"
+        ids = [int(i) for i in view(a, "broker_ids", ()) or ()]
+        if not ids:
+            raise _invalid_assignment("a partition's replica assignment is empty")
+        if len(set(ids)) != len(ids):
+            raise _invalid_assignment(f"duplicate brokers in replica assignment {ids}")
+        unknown = sorted(set(ids) - {broker.node_id})
+        if unknown:
+            raise _invalid_assignment(
+                f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))} "
+                f"(the only broker is {broker.node_id})"
             )
 
 
@@ -153,7 +169,13 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
                     f"topic {t.name} has {meta.partitions} partitions; the new count must "
                     f"be larger, got {count}"
                 )
-            _check_replication(broker, 1, t.assignments)
+            assignments = list(t.assignments or ())
+            if assignments and len(assignments) != count - meta.partitions:
+                raise _invalid_assignment(
+                    f"Increasing the number of partitions by {count - meta.partitions} "
+                    f"but {len(assignments)} assignments provided."
+                )
+            _check_replication(broker, 1, assignments)
             if not req.validate_only:
                 broker.logs.create_partitions(t.name, count)
                 log.info("topic %s now has %d partitions", t.name, count)
@@ -190,6 +212,8 @@ async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any)
             "cluster_id": broker.cluster_id,
             "controller_id": broker.node_id,
             "brokers": brokers,
-            "cluster_authorized_operations": -2147483648,
+            "cluster_authorized_operations": authorized_operations(
+                CLUSTER_OPS, bool(view(req, "include_cluster_authorized_operations", False))
+            ),
         },
     )

@@ -4,14 +4,18 @@ Topic resources (type 2) list every topic config with its effective value and so
 TOPIC_CONFIG (1) for an override, STATIC_BROKER_CONFIG (4) when a broker key such as
 `log.retention.hours` set it, DYNAMIC_DEFAULT_BROKER_CONFIG (3) when changed at run
 time, DEFAULT_CONFIG (5) otherwise, with the synonyms chain when asked. Broker
-resources (type 4) list the broker's settings; altering them changes the dynamic
-cluster-wide defaults of topic configs (e.g. `log.retention.ms`), which apply to every
-topic without an override and persist across restarts, as in Kafka.
+resources (type 4) list every broker setting with the same sources (the cluster
+default resource "" only the dynamic ones, as in Kafka). Altering a broker resource
+accepts every key Kafka can change at run time (`server.dynamic_config`) and refuses
+read-only ones with INVALID_REQUEST; the topic defaults among them (e.g.
+`log.retention.ms`) apply to every topic without an override. Dynamic values persist
+across restarts, as in Kafka. A SUBTRACT may empty a list config.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from tidegate.common.config import BROKER_KEYS
@@ -25,8 +29,16 @@ from tidegate.common.errors import (
 from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
+from tidegate.server.dynamic_config import (
+    DYNAMIC_KEYS,
+    SYNONYM_KEYS,
+    base_name,
+    check_alterable,
+    is_sensitive,
+    parse_dynamic,
+)
 from tidegate.server.handlers.common import error_fields
-from tidegate.storage.config import BROKER_SYNONYMS, TOPIC_CONFIG_KEYS, LogConfig
+from tidegate.storage.config import BROKER_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigType, LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -84,35 +96,62 @@ def describe_topic_configs(
     return result
 
 
-def describe_broker_configs(broker: Broker) -> list[dict[str, Any]]:
+def _broker_default(name: str) -> str | None:
+    spec = BROKER_KEYS.get(name)
+    if spec is not None:
+        return spec[0] or None
+    key = DYNAMIC_KEYS.get(base_name(name)) or SYNONYM_KEYS.get(name)
+    if key is None or key.default is None:
+        return None
+    return key.format(key.default)
+
+
+def _broker_type(name: str) -> int:
+    key = DYNAMIC_KEYS.get(base_name(name)) or SYNONYM_KEYS.get(name)
+    if key is not None:
+        return int(key.type)
+    spec = BROKER_KEYS.get(name)
+    return BROKER_TYPES.get(spec[1], 0) if spec else 0
+
+
+def describe_broker_configs(broker: Broker, per_broker: bool = True) -> list[dict[str, Any]]:
+    """Every broker config with Kafka's sources: DYNAMIC_DEFAULT_BROKER_CONFIG for a
+    value set at run time, STATIC_BROKER_CONFIG for one from the properties file,
+    environment or --override, DEFAULT_CONFIG otherwise. The cluster-default resource
+    ("") lists only the dynamic values, as in Kafka."""
+    dynamic = broker.dynamic_configs
+    names = set(broker.config.props) | set(SYNONYM_KEYS) | set(DYNAMIC_KEYS) | set(dynamic)
     result = []
-    props = dict(broker.config.props)
-    props.update(broker.dynamic_configs)
-    for name in sorted(props):
+    for name in sorted(names):
+        syn: list[dict[str, Any]] = []
+        if name in dynamic:
+            syn.append({"name": name, "value": dynamic[name], "source": SRC_DYNAMIC_DEFAULT})
+        if per_broker and name in broker.config.explicit:
+            syn.append({"name": name, "value": broker.config.get(name), "source": SRC_STATIC})
+        default = _broker_default(name)
+        if per_broker and default is not None:
+            syn.append({"name": name, "value": default, "source": SRC_DEFAULT})
+        if not per_broker and not syn:
+            continue
+        sensitive = is_sensitive(name)
+        if sensitive:
+            for entry in syn:
+                entry["value"] = None
         spec = BROKER_KEYS.get(name)
-        if name in broker.dynamic_configs:
-            source = SRC_DYNAMIC_DEFAULT
-        elif name in broker.config.explicit:
-            source = SRC_STATIC
-        else:
-            source = SRC_DEFAULT
+        key = DYNAMIC_KEYS.get(base_name(name)) or SYNONYM_KEYS.get(name)
         result.append(
             {
                 "name": name,
-                "value": props[name],
-                "read_only": name not in _dynamic_keys(),
-                "config_source": source,
-                "is_sensitive": False,
-                "synonyms": [{"name": name, "value": props[name], "source": source}],
-                "config_type": BROKER_TYPES.get(spec[1], 0) if spec else 0,
-                "documentation": spec[2] if spec else None,
+                "value": syn[0]["value"] if syn else None,
+                "read_only": base_name(name) not in DYNAMIC_KEYS,
+                "config_source": syn[0]["source"] if syn else SRC_DEFAULT,
+                "is_sensitive": sensitive,
+                "synonyms": syn,
+                "config_type": _broker_type(name),
+                "documentation": spec[2] if spec else (key.doc if key else None),
             }
         )
     return result
-
-
-def _dynamic_keys() -> set[str]:
-    return {bkey for syns in BROKER_SYNONYMS.values() for bkey, _ in syns}
 
 
 async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -135,7 +174,7 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
                     raise InvalidRequestError(
                         f"broker {r.resource_name} is not this broker ({broker.node_id})"
                     )
-                configs = describe_broker_configs(broker)
+                configs = describe_broker_configs(broker, per_broker=r.resource_name != "")
             else:
                 raise InvalidRequestError(f"resource type {r.resource_type} is not supported")
             wanted = r.configuration_keys
@@ -154,9 +193,16 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
 
 
 def _apply_ops(
-    current: dict[str, str | None], ops: list[tuple[str, int, str | None]], defaults: LogConfig
+    current: dict[str, str | None],
+    ops: list[tuple[str, int, str | None]],
+    list_base: Callable[[str], str],
 ) -> dict[str, str | None]:
-    """Apply incremental operations to a copy of `current`; None means delete."""
+    """Apply incremental operations to a copy of `current`; None means delete.
+
+    `list_base(name)` is the value an APPEND/SUBTRACT starts from when `current` lacks
+    the key, and raises InvalidConfigError if `name` is not a list config. A SUBTRACT
+    may leave a list empty (Kafka's list validator allows it).
+    """
     result = dict(current)
     for name, op, value in ops:
         if op == SET:
@@ -164,16 +210,11 @@ def _apply_ops(
         elif op == DELETE:
             result[name] = None
         elif op in (APPEND, SUBTRACT):
-            key = TOPIC_CONFIG_KEYS.get(name)
-            if key is None or key.type.name != "LIST":
-                raise InvalidConfigError(
-                    f"{name} is not a list config; APPEND/SUBTRACT apply only to lists"
-                )
-            base = result.get(name)
-            if base is None:
-                base = defaults.value_of(name)
-            items = [x for x in (base or "").split(",") if x]
-            new = [x for x in (value or "").split(",") if x]
+            base = list_base(name)
+            if result.get(name) is not None:
+                base = result[name] or ""
+            items = [x.strip() for x in base.split(",") if x.strip()]
+            new = [x.strip() for x in (value or "").split(",") if x.strip()]
             if op == APPEND:
                 items += [x for x in new if x not in items]
             else:
@@ -182,6 +223,49 @@ def _apply_ops(
         else:
             raise InvalidRequestError(f"unknown config operation {op}")
     return result
+
+
+def _not_a_list(name: str) -> InvalidConfigError:
+    return InvalidConfigError(f"{name} is not a list config; APPEND/SUBTRACT apply only to lists")
+
+
+def _topic_list_base(defaults: LogConfig) -> Callable[[str], str]:
+    def base(name: str) -> str:
+        key = TOPIC_CONFIG_KEYS.get(name)
+        if key is None or key.type != ConfigType.LIST:
+            raise _not_a_list(name)
+        return defaults.value_of(name)
+
+    return base
+
+
+def _broker_list_base(broker: Broker) -> Callable[[str], str]:
+    def base(name: str) -> str:
+        key = DYNAMIC_KEYS.get(base_name(name))
+        if key is None or key.type != ConfigType.LIST:
+            raise _not_a_list(name)
+        if name in broker.config.explicit:
+            return broker.config.get(name)
+        return _broker_default(name) or ""
+
+    return base
+
+
+def _alter_broker(broker: Broker, name: str, ops: Any, incremental: bool, dry: bool) -> None:
+    """Dynamic broker configs: Kafka's alterable keys only, validated, then persisted."""
+    if name not in ("", str(broker.node_id)):
+        raise InvalidRequestError(f"broker {name} is not this broker ({broker.node_id})")
+    for key, _, _ in ops:
+        check_alterable(key, per_broker=name != "")
+    base: dict[str, str | None] = dict(broker.dynamic_configs) if incremental else {}
+    new = _apply_ops(base, ops, _broker_list_base(broker))
+    final = {k: v for k, v in new.items() if v is not None}
+    for key, _, _ in ops:
+        if final.get(key) is not None:
+            parse_dynamic(key, final[key])
+    broker.validate_dynamic(final)
+    if not dry:
+        broker.set_dynamic_configs(final)
 
 
 async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: bool) -> Any:
@@ -204,7 +288,7 @@ async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: boo
                 if meta is None:
                     raise UnknownTopicOrPartitionError(f"topic {r.resource_name} does not exist")
                 base: dict[str, str | None] = dict(meta.configs) if incremental else {}
-                new = _apply_ops(base, ops, broker.log_defaults)
+                new = _apply_ops(base, ops, _topic_list_base(broker.log_defaults))
                 final = {k: v for k, v in new.items() if v is not None}
                 LogConfig.from_props(final, broker.log_defaults)
                 if not validate_only:
@@ -213,23 +297,7 @@ async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: boo
                     broker.logs.alter_topic_configs(r.resource_name, changes, incremental=True)
                     log.info("topic %s configs now %s", r.resource_name, final)
             elif r.resource_type == BROKER:
-                if r.resource_name not in ("", str(broker.node_id)):
-                    raise InvalidRequestError(
-                        f"broker {r.resource_name} is not this broker ({broker.node_id})"
-                    )
-                dyn = _dynamic_keys()
-                for name, _, _ in ops:
-                    if name not in dyn:
-                        raise InvalidRequestError(
-                            f"{name} cannot be changed at run time; dynamic broker configs "
-                            f"are the topic defaults: {', '.join(sorted(dyn))}"
-                        )
-                base_b: dict[str, str | None] = dict(broker.dynamic_configs) if incremental else {}
-                new_b = _apply_ops(base_b, ops, broker.log_defaults)
-                final_b = {k: v for k, v in new_b.items() if v is not None}
-                broker.validate_dynamic(final_b)
-                if not validate_only:
-                    broker.set_dynamic_configs(final_b)
+                _alter_broker(broker, r.resource_name, ops, incremental, validate_only)
             elif r.resource_type == BROKER_LOGGER:
                 raise InvalidRequestError("broker logger configs are not supported")
             else:

@@ -14,14 +14,12 @@ from tidegate.common.errors import ErrorCode
 from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
-
-_NO_OPS = -2147483648  # authorized operations not requested
-_GROUP_OPS = (1 << 3) | (1 << 6) | (1 << 8)  # READ, DELETE, DESCRIBE: no ACLs here
+from tidegate.server.handlers.operations import GROUP_OPS, authorized_operations
 
 
 async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
-    ops = _GROUP_OPS if view(req, "include_authorized_operations", False) else _NO_OPS
+    ops = authorized_operations(GROUP_OPS, bool(view(req, "include_authorized_operations", False)))
     described = await broker.group_coordinator.describe(
         [str(g) for g in req.groups], not_found_error=v >= 6
     )

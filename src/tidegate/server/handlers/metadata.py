@@ -11,6 +11,7 @@ from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID
+from tidegate.server.handlers.operations import CLUSTER_OPS, TOPIC_OPS, authorized_operations
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def brokers_payload(broker: Broker) -> list[dict[str, Any]]:
     return [{"node_id": broker.node_id, "host": lis.host, "port": lis.port, "rack": rack}]
 
 
-def topic_payload(broker: Broker, name: str) -> dict[str, Any]:
+def topic_payload(broker: Broker, name: str, with_ops: bool = False) -> dict[str, Any]:
     meta = broker.logs.topics[name]
     node = broker.node_id
     return {
@@ -43,7 +44,7 @@ def topic_payload(broker: Broker, name: str) -> dict[str, Any]:
             }
             for p in range(meta.partitions)
         ],
-        "topic_authorized_operations": -2147483648,
+        "topic_authorized_operations": authorized_operations(TOPIC_OPS, with_ops),
     }
 
 
@@ -59,10 +60,11 @@ def _error_topic(name: str | None, code: ErrorCode, topic_id: Any = None) -> dic
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     requested = view(req, "topics")
+    with_ops = bool(view(req, "include_topic_authorized_operations", False))
     # v0 had no null: an empty list meant "all topics".
     if requested is None or (ctx.api_version == 0 and not requested):
         names = sorted(broker.logs.topics)
-        topics = [topic_payload(broker, n) for n in names]
+        topics = [topic_payload(broker, n, with_ops) for n in names]
     else:
         allow_auto = bool(view(req, "allow_auto_topic_creation", True))
         topics = []
@@ -74,7 +76,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 if meta is None:
                     topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
                 else:
-                    topics.append(topic_payload(broker, meta.name))
+                    topics.append(topic_payload(broker, meta.name, with_ops))
                 continue
             if not name:
                 topics.append(_error_topic(name, ErrorCode.invalid_topic_exception))
@@ -89,12 +91,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 if name in broker.logs.topics:
                     # Kafka answers LEADER_NOT_AVAILABLE while a new topic's leaders are
                     # elected; ours exist at once, so answer with the topic itself.
-                    topics.append(topic_payload(broker, name))
+                    topics.append(topic_payload(broker, name, with_ops))
                     continue
             if name not in broker.logs.topics:
                 topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
             else:
-                topics.append(topic_payload(broker, name))
+                topics.append(topic_payload(broker, name, with_ops))
     return build(
         ctx.response_class,
         {
@@ -103,6 +105,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "cluster_id": broker.cluster_id,
             "controller_id": broker.node_id,
             "topics": topics,
-            "cluster_authorized_operations": -2147483648,
+            "cluster_authorized_operations": authorized_operations(
+                CLUSTER_OPS, bool(view(req, "include_cluster_authorized_operations", False))
+            ),
         },
     )

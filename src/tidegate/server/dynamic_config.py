@@ -1,0 +1,228 @@
+"""Kafka's dynamic broker configs: the broker keys AlterConfigs may change at run time.
+
+`DYNAMIC_KEYS` lists every key Kafka's DynamicBrokerConfig accepts (with its type and
+default for DescribeConfigs), so clients and tools that set them — librdkafka's admin
+test sets `sasl.kerberos.min.time.before.relogin`, operators set thread counts — get
+NO_ERROR as from Kafka. Of these, the topic defaults (`log.retention.ms`,
+`message.max.bytes`, `min.insync.replicas`, ...) change every topic without an
+override; the rest (thread pools, SASL/SSL listener settings, connection quotas) are
+validated, persisted and described but change nothing on a single asyncio process
+without TLS or SASL.
+
+`check_alterable(name, per_broker)` raises `InvalidRequestError` with Kafka's wording
+for a key that cannot change at run time; `parse_dynamic(name, value)` validates a
+value's type. Listener keys may carry Kafka's `listener.name.<listener>.` prefix; the
+keystore/truststore keys must (as in Kafka), and listener keys may be set only on a
+broker id, not on the cluster default resource ("").
+"""
+
+from __future__ import annotations
+
+import re
+
+from tidegate.common.config import BROKER_KEYS
+from tidegate.common.errors import InvalidRequestError
+from tidegate.storage.config import BROKER_SYNONYMS, TOPIC_CONFIG_KEYS
+from tidegate.storage.config_types import (
+    INT_MAX,
+    LONG_MAX,
+    Anything,
+    ConfigKey,
+    ConfigType,
+    Range,
+)
+
+__all__ = [
+    "DYNAMIC_KEYS",
+    "SYNONYM_KEYS",
+    "base_name",
+    "check_alterable",
+    "is_sensitive",
+    "parse_dynamic",
+]
+
+_T = ConfigType
+_ANY = Anything()
+_POSITIVE = Range(1)
+_NON_NEGATIVE = Range(0)
+
+
+def _k(name: str, typ: ConfigType, default: object, doc: str, v: object = _ANY) -> ConfigKey:
+    return ConfigKey(name, typ, default, doc, v)  # type: ignore[arg-type]
+
+
+_NOT_HERE = "Accepted and stored; Tidegate runs one asyncio process and does not use it."
+_NO_TLS = "Accepted and stored; Tidegate serves PLAINTEXT listeners only."
+
+# Keystore/truststore keys: Kafka accepts them only with a listener prefix.
+_SSL_RECONFIGURABLE = frozenset(
+    {
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.truststore.certificates",
+    }
+)
+# Listener keys that are cluster-wide (everything else listener-related is per-broker).
+_CLUSTER_LEVEL_LISTENER = frozenset(
+    {"max.connections", "max.connection.creation.rate", "num.network.threads"}
+)
+
+_OWN: tuple[ConfigKey, ...] = (
+    # thread pools (Kafka's DynamicThreadPool)
+    _k("num.io.threads", _T.INT, 8, _NOT_HERE, _POSITIVE),
+    _k("num.network.threads", _T.INT, 3, _NOT_HERE, _POSITIVE),
+    _k("num.replica.fetchers", _T.INT, 1, _NOT_HERE, _POSITIVE),
+    _k("num.recovery.threads.per.data.dir", _T.INT, 1, _NOT_HERE, _POSITIVE),
+    _k("background.threads", _T.INT, 10, _NOT_HERE, _POSITIVE),
+    # log cleaner
+    _k("log.cleaner.threads", _T.INT, 1, _NOT_HERE, _NON_NEGATIVE),
+    _k("log.cleaner.dedupe.buffer.size", _T.LONG, 134217728, _NOT_HERE),
+    _k("log.cleaner.io.buffer.load.factor", _T.DOUBLE, 0.9, _NOT_HERE),
+    _k("log.cleaner.io.buffer.size", _T.INT, 524288, _NOT_HERE, _NON_NEGATIVE),
+    _k("log.cleaner.io.max.bytes.per.second", _T.DOUBLE, 1.7976931348623157e308, _NOT_HERE),
+    _k("log.cleaner.backoff.ms", _T.LONG, 15000, "Sleep between cleaner passes.", _NON_NEGATIVE),
+    # socket server quotas
+    _k("max.connections", _T.INT, INT_MAX, _NOT_HERE, _NON_NEGATIVE),
+    _k("max.connections.per.ip", _T.INT, INT_MAX, _NOT_HERE, _NON_NEGATIVE),
+    _k("max.connections.per.ip.overrides", _T.STRING, "", _NOT_HERE),
+    _k("max.connection.creation.rate", _T.INT, INT_MAX, _NOT_HERE, _NON_NEGATIVE),
+    # producer state, metrics, config providers
+    _k("producer.id.expiration.ms", _T.INT, 86400000, "Idle producer id expiry.", _POSITIVE),
+    _k("transaction.partition.verification.enable", _T.BOOLEAN, True, _NOT_HERE),
+    _k("metric.reporters", _T.LIST, (), _NOT_HERE),
+    _k("config.providers", _T.LIST, (), _NOT_HERE),
+    # tiered storage
+    _k("remote.log.index.file.cache.total.size.bytes", _T.LONG, 1073741824, _NOT_HERE),
+    _k("remote.log.manager.copy.max.bytes.per.second", _T.LONG, LONG_MAX, _NOT_HERE),
+    _k("remote.log.manager.fetch.max.bytes.per.second", _T.LONG, LONG_MAX, _NOT_HERE),
+    _k("remote.fetch.max.wait.ms", _T.INT, 500, _NOT_HERE),
+    # SASL listener settings
+    _k("sasl.enabled.mechanisms", _T.LIST, ("GSSAPI",), _NO_TLS),
+    _k("sasl.mechanism.inter.broker.protocol", _T.STRING, "GSSAPI", _NO_TLS),
+    _k("sasl.jaas.config", _T.PASSWORD, None, _NO_TLS),
+    _k("sasl.kerberos.service.name", _T.STRING, None, _NO_TLS),
+    _k("sasl.kerberos.kinit.cmd", _T.STRING, "/usr/bin/kinit", _NO_TLS),
+    _k("sasl.kerberos.ticket.renew.window.factor", _T.DOUBLE, 0.8, _NO_TLS),
+    _k("sasl.kerberos.ticket.renew.jitter", _T.DOUBLE, 0.05, _NO_TLS),
+    _k("sasl.kerberos.min.time.before.relogin", _T.LONG, 60000, _NO_TLS),
+    _k("sasl.kerberos.principal.to.local.rules", _T.LIST, ("DEFAULT",), _NO_TLS),
+    _k("sasl.login.refresh.window.factor", _T.DOUBLE, 0.8, _NO_TLS),
+    _k("sasl.login.refresh.window.jitter", _T.DOUBLE, 0.05, _NO_TLS),
+    _k("sasl.login.refresh.min.period.seconds", _T.SHORT, 60, _NO_TLS),
+    _k("sasl.login.refresh.buffer.seconds", _T.SHORT, 300, _NO_TLS),
+    _k("sasl.login.class", _T.CLASS, None, _NO_TLS),
+    _k("sasl.login.callback.handler.class", _T.CLASS, None, _NO_TLS),
+    _k("sasl.server.callback.handler.class", _T.CLASS, None, _NO_TLS),
+    _k("connections.max.reauth.ms", _T.LONG, 0, _NO_TLS),
+    # SSL listener settings
+    _k("ssl.protocol", _T.STRING, "TLSv1.3", _NO_TLS),
+    _k("ssl.provider", _T.STRING, None, _NO_TLS),
+    _k("ssl.cipher.suites", _T.LIST, (), _NO_TLS),
+    _k("ssl.enabled.protocols", _T.LIST, ("TLSv1.2", "TLSv1.3"), _NO_TLS),
+    _k("ssl.keymanager.algorithm", _T.STRING, "SunX509", _NO_TLS),
+    _k("ssl.trustmanager.algorithm", _T.STRING, "PKIX", _NO_TLS),
+    _k("ssl.endpoint.identification.algorithm", _T.STRING, "https", _NO_TLS),
+    _k("ssl.secure.random.implementation", _T.STRING, None, _NO_TLS),
+    _k("ssl.client.auth", _T.STRING, "none", _NO_TLS),
+    _k("ssl.engine.factory.class", _T.CLASS, None, _NO_TLS),
+    _k("ssl.principal.mapping.rules", _T.STRING, "DEFAULT", _NO_TLS),
+    _k("ssl.keystore.type", _T.STRING, "JKS", _NO_TLS),
+    _k("ssl.keystore.location", _T.STRING, None, _NO_TLS),
+    _k("ssl.keystore.password", _T.PASSWORD, None, _NO_TLS),
+    _k("ssl.key.password", _T.PASSWORD, None, _NO_TLS),
+    _k("ssl.keystore.key", _T.PASSWORD, None, _NO_TLS),
+    _k("ssl.keystore.certificate.chain", _T.PASSWORD, None, _NO_TLS),
+    _k("ssl.truststore.type", _T.STRING, "JKS", _NO_TLS),
+    _k("ssl.truststore.location", _T.STRING, None, _NO_TLS),
+    _k("ssl.truststore.password", _T.PASSWORD, None, _NO_TLS),
+    _k("ssl.truststore.certificates", _T.PASSWORD, None, _NO_TLS),
+)
+
+# Broker keys behind topic configs; Kafka keeps log.message.format.version (deprecated)
+# and the flush scheduler interval (only a fallback of log.flush.interval.ms) read-only.
+_READ_ONLY_SYNONYMS = frozenset({"log.message.format.version", "log.flush.scheduler.interval.ms"})
+
+
+def _synonym_keys() -> dict[str, ConfigKey]:
+    out: dict[str, ConfigKey] = {}
+    for topic_key, synonyms in BROKER_SYNONYMS.items():
+        tkey = TOPIC_CONFIG_KEYS[topic_key]
+        for i, (bkey, factor) in enumerate(synonyms):
+            if factor == 1:
+                # The first synonym holds the default when it is the only one.
+                default = tkey.default if len(synonyms) == 1 else None
+                out[bkey] = _k(bkey, tkey.type, default, tkey.doc, tkey.validator)
+            else:
+                last = i == len(synonyms) - 1
+                value = tkey.default
+                default = value // factor if last and isinstance(value, int) else None
+                out[bkey] = _k(bkey, _T.INT, default, f"{tkey.doc} (in units of {factor} ms)")
+    return out
+
+
+SYNONYM_KEYS: dict[str, ConfigKey] = _synonym_keys()
+DYNAMIC_KEYS: dict[str, ConfigKey] = {
+    **{k: v for k, v in SYNONYM_KEYS.items() if k not in _READ_ONLY_SYNONYMS},
+    **{k.name: k for k in _OWN},
+}
+
+_LISTENER_PREFIX = re.compile(r"^listener\.name\.[^.]+\.(.+)$")
+
+
+def base_name(name: str) -> str:
+    """`listener.name.<listener>.<key>` -> `<key>` (a mechanism prefix is kept)."""
+    m = _LISTENER_PREFIX.match(name)
+    if m is None:
+        return name
+    rest = m.group(1)
+    # listener.name.x.<mechanism>.sasl.jaas.config: the key after the mechanism.
+    for key in DYNAMIC_KEYS:
+        if rest == key or rest.endswith("." + key):
+            return key
+    return rest
+
+
+def _is_listener_key(key: str) -> bool:
+    return key.startswith(("ssl.", "sasl.")) or key == "connections.max.reauth.ms"
+
+
+def check_alterable(name: str, *, per_broker: bool) -> ConfigKey:
+    """The key's spec, or InvalidRequestError as Kafka words it."""
+    base = base_name(name)
+    key = DYNAMIC_KEYS.get(base)
+    if key is None:
+        if base in BROKER_KEYS or base in SYNONYM_KEYS:
+            raise InvalidRequestError(f"Cannot update these configs dynamically: Set({name})")
+        raise InvalidRequestError(f"{name} is not a broker config Tidegate knows")
+    if base in _SSL_RECONFIGURABLE and base == name:
+        raise InvalidRequestError(
+            "These security configs can be dynamically updated only per-listener using the "
+            f"listener prefix: Set({name})"
+        )
+    listener_scoped = base != name or _is_listener_key(base)
+    if not per_broker and listener_scoped and base not in _CLUSTER_LEVEL_LISTENER:
+        raise InvalidRequestError(
+            "Cannot update these configs at default cluster level, broker id must be "
+            f"specified: Set({name})"
+        )
+    return key
+
+
+def parse_dynamic(name: str, value: str) -> None:
+    """Validate `value` for dynamic key `name` (InvalidConfigError if it is wrong)."""
+    key = DYNAMIC_KEYS[base_name(name)]
+    if key.type == ConfigType.SHORT:
+        key = ConfigKey(key.name, ConfigType.INT, key.default, key.doc, Range(-32768, 32767))
+    key.parse(value, source=name)
+
+
+def is_sensitive(name: str) -> bool:
+    key = DYNAMIC_KEYS.get(base_name(name))
+    return key is not None and key.type == ConfigType.PASSWORD
