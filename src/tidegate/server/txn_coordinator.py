@@ -31,6 +31,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import signal
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -123,6 +125,8 @@ class TransactionCoordinator:
         self.shell.on_durable = self._on_durable
         self._jobs: set[asyncio.Task[None]] = set()
         self._hanging = HangingCheck(self.config.max_timeout_ms)
+        # tests only: after-prepare-durable | between-markers | before-complete
+        self._fault_point = cfg.get("tidegate.test.fault.point") or ""
 
     @property
     def available(self) -> bool:
@@ -188,13 +192,19 @@ class TransactionCoordinator:
             return False
 
     async def _finish(self, partition: int, job: MarkerJob) -> None:
+        """Write the job's markers, then complete the transaction; retried until done or
+        until the partition is reloaded (the new shard hands the job out again)."""
+        self._fault("after-prepare-durable")
         marker = Marker(job.producer_id, job.producer_epoch, job.coordinator_epoch, job.commit)
         todo = set(job.partitions)
         delay, warned = 0.02, False
         while todo:
             if not self._current(partition, job):
-                return  # reloaded: the new shard hands the job out again
-            results = await write_markers(self.broker, marker, sorted(todo))
+                return
+            batch = sorted(todo)
+            if self._fault_point == "between-markers" and len(batch) > 1:
+                batch = batch[:1]  # one marker, then the fault below
+            results = await write_markers(self.broker, marker, batch)
             for tp, code in results.items():
                 if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
                     todo.discard(tp)  # written, or the partition is gone: nothing to end
@@ -209,20 +219,35 @@ class TransactionCoordinator:
                                 "no marker needed", job.transactional_id, tp[0], tp[1],
                                 job.producer_epoch)
                     todo.discard(tp)
-            if todo:
+            if todo and len(batch) < len(job.partitions):
+                self._fault("between-markers")
+            if any(tp in todo for tp in batch):  # some of this round failed: back off
                 if not warned:
                     warned = True
                     log.warning("transaction %r: markers not yet written to %s; retrying",
                                 job.transactional_id, sorted(todo))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _MAX_BACKOFF_S)
-        try:
-            await self.shell.run(partition, lambda s, now, _t: ops.complete(
-                s, job.transactional_id, job.producer_id, job.producer_epoch, job.commit, now,
-                job.prepare_offset))
-        except KafkaError as e:
-            log.warning("transaction %r: cannot complete (%s); it completes after the "
-                        "coordinator reloads", job.transactional_id, e)
+        self._fault("before-complete")
+        delay = 0.02
+        while self._current(partition, job):
+            try:
+                await self.shell.run(partition, lambda s, now, _t: ops.complete(
+                    s, job.transactional_id, job.producer_id, job.producer_epoch, job.commit,
+                    now, job.prepare_offset))
+                return
+            except KafkaError as e:
+                log.warning("transaction %r: cannot complete yet (%s); retrying",
+                            job.transactional_id, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _MAX_BACKOFF_S)
+
+    def _fault(self, point: str) -> None:
+        """Test-only fault injection (`tidegate.test.fault.point`, unset in production):
+        die like kill -9 at a named point of finishing a transaction."""
+        if self._fault_point == point:
+            log.critical("test fault point %s reached: killing this broker", point)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # -- hanging transactions (server/hanging.py) -----------------------------------------
 
