@@ -52,4 +52,5 @@ def test_each_hanging_transaction_is_logged_once(caplog: pytest.LogCaptureFixtur
         assert len(check.run({TP: {9: 5}}, {}, now)) == 1
     lines = [r for r in caplog.records if "hanging transaction" in r.getMessage()]
     assert len(lines) == 1
-    assert "tidegate txn abort --topic orders --partition 0 --producer-id 9" in lines[0].getMessage()
+    command = "tidegate txn abort --topic orders --partition 0 --producer-id 9"
+    assert command in lines[0].getMessage()
