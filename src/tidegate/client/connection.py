@@ -28,6 +28,7 @@ from typing import Any
 from kio.static.protocol import Entity
 
 from tidegate.client.errors import ProtocolError
+from tidegate.client.lenient_responses import LENIENT_RESPONSES
 from tidegate.protocol.framing import FrameDecoder, FrameError, encode_frame
 from tidegate.protocol.headers import HeaderError, encode_request_header, parse_response_header
 from tidegate.protocol.messages import (
@@ -156,7 +157,8 @@ class ClientConnection:
         if not self._in_flight:
             raise ProtocolError("received a response with no request in flight")
         req = self._in_flight[0]
-        cls = response_class(req.api_key, req.api_version)
+        cls = LENIENT_RESPONSES.get((req.api_key, req.api_version)) or \
+            response_class(req.api_key, req.api_version)
         flexible = bool(getattr(cls, "__flexible__", False)) and req.api_key != API_VERSIONS
         try:
             cid, pos = parse_response_header(frame, flexible)
