@@ -323,8 +323,13 @@ class CoordinatorShell(Generic[S]):
             if delay == 0:
                 await asyncio.sleep(0)  # more is due at once: let others run between
                 continue
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(wake.wait(), delay / 1000)
+            # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow the cancel
+            # that stops this task, which then kept the broker's shutdown waiting
+            sleeper = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait({sleeper}, timeout=delay / 1000)
+            finally:
+                sleeper.cancel()
 
     def tick(self) -> None:
         """Run every due deadline; durability waits continue in background tasks."""

@@ -1,10 +1,13 @@
 """Group commit: make appended data durable with as few fsyncs as possible.
 
-After an append, the produce path calls `wait_durable(log, offset)`. One flusher task
-runs at a time: it takes every log that has waiters or unflushed data, fsyncs them in a
-worker thread (never on the event loop), then wakes every waiter whose offset is now
-covered by that log's recovery point. Requests that arrive while a flush runs are
-served by the next one, so one fsync covers every request waiting at that moment.
+After an append, the produce path calls `wait_durable(log, offset)`. Each log has at
+most one flush running at a time, in a worker thread (never on the event loop); when it
+ends, every waiter whose offset is now below that log's recovery point is woken, and if
+more data or waiters arrived meanwhile the log is flushed again. So one fsync covers
+every request waiting on that log when it starts, and logs never wait for each other:
+a transaction's coordinator log, its data partitions and its markers are fsynced side by
+side (at most `FSYNC_THREADS` at once; the kernel merges concurrent syncs — 8 files took
+0.6 ms together against 1.3-1.8 ms one after another on the CI machine's disk).
 
 When the flush policy is relaxed (`log.flush.interval.messages` > 1 or a
 `flush.messages` topic override), the caller does not wait; the scheduler flushes by
@@ -21,9 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+FSYNC_THREADS = 8
+_POOL = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="fsync")
 
 
 class Flushable(Protocol):
@@ -39,18 +46,18 @@ class GroupCommit:
         on_flushed: Callable[[Flushable, int], None],
         on_error: Callable[[BaseException, str], object] | None = None,
     ) -> None:
-        self._dirty: dict[int, Flushable] = {}
+        self._dirty: dict[int, Flushable] = {}  # needs a flush after the running one
+        self._running: set[int] = set()  # a flush of this log is under way
         self._waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
-        self._running = False
         self._on_flushed = on_flushed
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.fsync_rounds = 0
         self.failed: Exception | None = None
         self.on_error = on_error
 
     def mark_dirty(self, target: Flushable) -> None:
         self._dirty[id(target)] = target
-        self._kick()
+        self._kick(target)
 
     async def wait_durable(self, target: Flushable, offset: int) -> None:
         """Return once `target` is fsynced up to (not including) `offset`."""
@@ -59,22 +66,24 @@ class GroupCommit:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(id(target), []).append((offset, fut))
         self._dirty[id(target)] = target
-        self._kick()
+        self._kick(target)
         await fut
 
-    def _kick(self) -> None:
-        if not self._running:
-            self._running = True
-            self._task = asyncio.get_running_loop().create_task(self._run())
+    def _kick(self, target: Flushable) -> None:
+        key = id(target)
+        if key not in self._running:
+            self._running.add(key)
+            task = asyncio.get_running_loop().create_task(self._run(target))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
-    async def _run(self) -> None:
+    async def _run(self, target: Flushable) -> None:
+        key = id(target)
         loop = asyncio.get_running_loop()
         try:
-            while self._dirty:
-                batch = list(self._dirty.values())
-                self._dirty.clear()
+            while self._dirty.pop(key, None) is not None:
                 try:
-                    await loop.run_in_executor(None, _flush_all, batch)
+                    await loop.run_in_executor(_POOL, target.flush)
                     self.fsync_rounds += 1
                 except Exception as e:  # disk errors: fail the waiters, keep serving
                     if self.on_error is not None:
@@ -82,18 +91,16 @@ class GroupCommit:
                     else:
                         log.error("fsync failed: %s", e)
                     self.failed = e
-                    for target in batch:
-                        for _, fut in self._waiters.pop(id(target), []):
-                            if not fut.done():
-                                fut.set_exception(e)
+                    for _, fut in self._waiters.pop(key, []):
+                        if not fut.done():
+                            fut.set_exception(e)
                     continue
-                for target in batch:
-                    self._on_flushed(target, target.recovery_point)
-                    self._release(target)
+                self._on_flushed(target, target.recovery_point)
+                self._release(target)
         finally:
-            self._running = False
-            if self._dirty:
-                self._kick()
+            self._running.discard(key)
+            if key in self._dirty:
+                self._kick(target)
 
     def _release(self, target: Flushable) -> None:
         waiters = self._waiters.get(id(target))
@@ -119,8 +126,3 @@ class GroupCommit:
         for _, fut in self._waiters.pop(id(target), []):
             if not fut.done():
                 fut.set_exception(RuntimeError("partition deleted"))
-
-
-def _flush_all(batch: list[Flushable]) -> None:
-    for target in batch:
-        target.flush()

@@ -40,7 +40,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
-from tidegate.coordinator.runtime import CoordinatorRuntime, PartitionState, Result, partition_for
+from tidegate.coordinator.runtime import (
+    PARKED,
+    CoordinatorRuntime,
+    PartitionState,
+    Result,
+    partition_for,
+)
 from tidegate.coordinator.txn import admin, ops
 from tidegate.coordinator.txn.config import TxnConfig
 from tidegate.coordinator.txn.messages import (
@@ -70,6 +76,7 @@ EPOCHS_FILE = "tidegate-txn-coordinator-epochs"
 _OPEN_STATES = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                           TxnState.PREPARE_EPOCH_FENCE})
 _MAX_BACKOFF_S = 1.0
+_CONCURRENT_WAIT_S = 2.0
 
 
 class CoordinatorEpochs:
@@ -124,6 +131,7 @@ class TransactionCoordinator:
         })
         self.shell.on_durable = self._on_durable
         self._jobs: set[asyncio.Task[None]] = set()
+        self._completions: dict[str, asyncio.Future[None]] = {}
         self._hanging = HangingCheck(self.config.max_timeout_ms)
         # tests only: after-prepare-durable | between-markers | before-complete
         self._fault_point = cfg.get("tidegate.test.fault.point") or ""
@@ -235,6 +243,7 @@ class TransactionCoordinator:
                 await self.shell.run(partition, lambda s, now, _t: ops.complete(
                     s, job.transactional_id, job.producer_id, job.producer_epoch, job.commit,
                     now, job.prepare_offset))
+                self._completed(job.transactional_id)
                 return
             except KafkaError as e:
                 log.warning("transaction %r: cannot complete yet (%s); retrying",
@@ -283,6 +292,42 @@ class TransactionCoordinator:
 
     # -- one transactional id ---------------------------------------------------------------
 
+    async def _patiently(self, transactional_id: str, op: Op[R],
+                         concurrent: Callable[[R], bool]) -> R:
+        """Run `op`; while it answers CONCURRENT_TRANSACTIONS because the id's previous
+        transaction is still being finished (Prepare*, markers in flight), wait for that
+        to complete and run it again, up to `_CONCURRENT_WAIT_S`.
+
+        Kafka answers at once and lets the client back off (librdkafka, the Java client:
+        tens of milliseconds or more) — the usual case right after a commit, when the next
+        transaction's first AddPartitionsToTxn overtakes the markers. Waiting here turns
+        that backoff into the few milliseconds the markers take."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _CONCURRENT_WAIT_S
+        while True:
+            result = await self._run(transactional_id, op)
+            left = deadline - loop.time()
+            if not concurrent(result) or left <= 0:
+                return result
+            if self._in_prepare(transactional_id):
+                done = self._completions.setdefault(transactional_id, loop.create_future())
+                await asyncio.wait({done}, timeout=left)
+            else:
+                await asyncio.sleep(0.001)  # completing right now: a moment, then again
+
+    def _in_prepare(self, transactional_id: str) -> bool:
+        try:
+            meta = self.runtime.shard(self.partition_for(transactional_id)).txns.get(
+                transactional_id)
+        except KafkaError:
+            return False
+        return meta is not None and meta.state.is_prepare
+
+    def _completed(self, transactional_id: str) -> None:
+        fut = self._completions.pop(transactional_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
     async def _run(self, transactional_id: str, op: Op[R]) -> R:
         if not self.shell.started:
             raise KafkaError("the transaction coordinator is starting",
@@ -291,29 +336,66 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, req: InitProducerIdRequest, fresh_producer_id: int
                                ) -> InitProducerIdResponse:
-        return await self._run(req.transactional_id, lambda s, now, _t: ops.init_producer_id(
-            s, req, now, fresh_producer_id))
+        return await self._patiently(
+            req.transactional_id,
+            lambda s, now, _t: ops.init_producer_id(s, req, now, fresh_producer_id),
+            lambda r: r.error == ErrorCode.concurrent_transactions)
 
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                              partitions: list[TopicPartition], *, verify_only: bool = False
                              ) -> dict[TopicPartition, ErrorCode]:
-        resp = await self._run(transactional_id, lambda s, now, _t: ops.add_partitions(
-            s, transactional_id, producer_id, epoch, partitions, now, verify_only=verify_only))
+        resp = await self._patiently(
+            transactional_id,
+            lambda s, now, _t: ops.add_partitions(
+                s, transactional_id, producer_id, epoch, partitions, now,
+                verify_only=verify_only),
+            lambda r: ErrorCode.concurrent_transactions in r.errors.values())
         return resp.errors
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                           group_id: str) -> ErrorCode:
         p = self._offsets_partition(group_id)
-        return await self._run(transactional_id, lambda s, now, _t: ops.add_offsets(
-            s, transactional_id, producer_id, epoch, p, now))
+        return await self._patiently(
+            transactional_id,
+            lambda s, now, _t: ops.add_offsets(s, transactional_id, producer_id, epoch, p, now),
+            lambda code: code == ErrorCode.concurrent_transactions)
 
     async def verify_partition(self, transactional_id: str, producer_id: int, epoch: int,
                                tp: TopicPartition, *, add: bool = False) -> ErrorCode:
         """Whether `tp` is in the producer's ongoing transaction (KIP-890); with `add`
         (transaction version 2) it is added instead."""
+        if not add:
+            quick = self._verify_now(transactional_id, producer_id, epoch, tp)
+            if quick is not None:
+                return quick
         results = await self.add_partitions(transactional_id, producer_id, epoch, [tp],
                                             verify_only=not add)
         return results.get(tp, ErrorCode.unknown_server_error)
+
+    def _verify_now(self, transactional_id: str, producer_id: int, epoch: int,
+                    tp: TopicPartition) -> ErrorCode | None:
+        """Verification is a read: when the coordinator partition's log is durable to its
+        end, the shard's state is exactly what is durable, so it can be read at once
+        without queueing an operation (one per partition per transaction on the produce
+        path). None: ask through the shell (loading, failed, or not yet durable)."""
+        if not self.shell.started:
+            return None
+        p = self.partition_for(transactional_id)
+        lg = self.broker.get_log(TRANSACTION_STATE, p)
+        if lg is None or lg.recovery_point < lg.log_end_offset:
+            return None
+        try:
+            shard = self.runtime.shard(p)
+        except KafkaError:
+            return None
+        res = ops.add_partitions(shard, transactional_id, producer_id, epoch, [tp],
+                                 self.broker.clock.now_ms(), verify_only=True)
+        if res.records:
+            return None  # never for verify_only; keep the rule that ops only read here
+        response = res.response
+        if response is PARKED:
+            return None
+        return response.errors.get(tp, ErrorCode.unknown_server_error)
 
     async def verify_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                              group_id: str, *, add: bool = False) -> ErrorCode:
@@ -335,8 +417,11 @@ class TransactionCoordinator:
             if needs:  # the bump may exhaust the epoch: have a fresh id ready (fsync)
                 fresh = await asyncio.get_running_loop().run_in_executor(
                     None, self.broker.producer_ids.next_id)
-        resp = await self._run(transactional_id, lambda s, now, _t: ops.end_txn(
-            s, transactional_id, producer_id, epoch, commit, now, version, fresh))
+        resp = await self._patiently(
+            transactional_id,
+            lambda s, now, _t: ops.end_txn(
+                s, transactional_id, producer_id, epoch, commit, now, version, fresh),
+            lambda r: r.error == ErrorCode.concurrent_transactions)
         return resp.error, resp.producer_id, resp.producer_epoch
 
     # -- admin (KIP-664) --------------------------------------------------------------------
