@@ -84,6 +84,7 @@ bench: install
 	$(BIN)/python bench/produce_consume.py
 	$(BIN)/python bench/clients.py
 	$(BIN)/python bench/idempotence.py
+	$(BIN)/python bench/transactions.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +72,12 @@ def _pct(values: list[float], p: int) -> float:
 
 
 def produce(bootstrap: str, topic: str, n: int, size: int, txn_id: str | None,
-            commit_ms: int) -> tuple[float, int]:
+            commit_ms: int, queue: int) -> tuple[float, int]:
     """Records per second from the first produce() to the last acknowledgement (for a
-    transactional producer, the last commit), and the number of transactions."""
+    transactional producer, the last commit), and the number of transactions. At most
+    `queue` records wait in the client, so produce() keeps pace with the broker and a
+    transaction holds what was sent in `commit_ms` (an unbounded queue would make each
+    commit wait for seconds of backlog)."""
     from confluent_kafka import Producer
 
     conf: dict[str, str | int | bool] = {
@@ -84,7 +87,7 @@ def produce(bootstrap: str, topic: str, n: int, size: int, txn_id: str | None,
         "linger.ms": 5,
         "batch.size": 1_000_000,
         "compression.type": "none",
-        "queue.buffering.max.messages": n + 1000,
+        "queue.buffering.max.messages": queue,
         "queue.buffering.max.kbytes": 1_048_576,
     }
     if txn_id is not None:
@@ -259,17 +262,13 @@ def run(args: argparse.Namespace) -> None:
     from confluent_kafka import libversion, version
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    rates: dict[str, list[float]] = {m: [] for m in PRODUCE_MODES}
-    cpu: dict[str, list[float]] = {m: [] for m in PRODUCE_MODES}
-    txns: list[int] = []
-    commit_rates: list[float] = []
-    commit_p: list[tuple[float, float, float, float]] = []
-    reads: dict[str, list[float]] = {lv: [] for lv in ISOLATION_LEVELS}
+    res = Results({m: [] for m in PRODUCE_MODES}, {m: [] for m in PRODUCE_MODES}, [], [], [],
+                  {lv: [] for lv in ISOLATION_LEVELS})
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-",
                                      dir=os.environ.get("TIDEGATE_BENCH_DIR")) as tmp:
         data = Path(tmp) / "data"
         data.mkdir()
-        floor_p50, floor_p99 = fsync_floor_ms(data, args.fsyncs)
+        res.floor = fsync_floor_ms(data, args.fsyncs)
         broker = BrokerProcess(data)
         broker.start()
         try:
@@ -282,94 +281,124 @@ def run(args: argparse.Namespace) -> None:
             fs = admin.create_topics([NewTopic(t, args.partitions, 1) for t in topics])
             for f in fs.values():
                 f.result(30)
-            produce(bs, "warmup", max(args.records // 10, 1000), args.size, "bench-warmup",
-                    args.commit_ms)
-            for r in range(args.rounds):  # part 1, alternating
-                for mode in _rotated(PRODUCE_MODES, r):
+            del admin  # its connection would log the broker's shutdown
+            for txn_id in (None, "bench-warmup"):  # both modes: connections, page cache
+                produce(bs, "warmup", max(args.records // 5, 1000), args.size, txn_id,
+                        args.commit_ms, args.queue)
+            for r in range(args.rounds if 1 in args.parts or 3 in args.parts else 0):
+                for mode in _rotated(PRODUCE_MODES, r):  # part 1, alternating
                     before = broker_cpu_seconds(pid)
                     txn_id = f"bench-produce-{r}" if mode == "transactional" else None
                     rate, k = produce(bs, f"{mode}-{r}", args.records, args.size, txn_id,
-                                      args.commit_ms)
-                    rates[mode].append(rate)
-                    cpu[mode].append((broker_cpu_seconds(pid) - before) / args.records * 1e6)
+                                      args.commit_ms, args.queue)
+                    res.rates[mode].append(rate)
+                    res.cpu[mode].append((broker_cpu_seconds(pid) - before) / args.records * 1e6)
                     if txn_id is not None:
-                        txns.append(k)
-            for r in range(args.rounds):  # part 2
+                        res.txns.append(k)
+            for r in range(args.rounds if 2 in args.parts else 0):
+                before = broker_cpu_seconds(pid)
                 rate, commits, whole = commit_round(bs, "one-record", args.producers,
                                                     args.partitions, args.seconds,
                                                     args.workers, r)
-                commit_rates.append(rate)
-                commit_p.append((statistics.median(commits), _pct(commits, 99),
-                                 statistics.median(whole), _pct(whole, 99)))
-            for r in range(args.rounds):  # part 3, alternating, same data
-                for level in _rotated(ISOLATION_LEVELS, r):
-                    reads[level].append(consume(bs, "transactional-0", args.records,
-                                                args.partitions, level))
-            del admin  # its connection would log the broker's shutdown
+                cpu_ms = (broker_cpu_seconds(pid) - before) * 1000 / len(commits)
+                res.commit_rates.append(rate)
+                res.commit_p.append((statistics.median(commits), _pct(commits, 99),
+                                     statistics.median(whole), _pct(whole, 99), cpu_ms))
+            for r in range(args.rounds if 3 in args.parts else 0):
+                for level in _rotated(ISOLATION_LEVELS, r):  # part 3, alternating, same data
+                    res.reads[level].append(consume(bs, "transactional-0", args.records,
+                                                    args.partitions, level))
         finally:
             broker.stop()
     v = version()
-    report(args, rates, cpu, txns, commit_rates, commit_p, reads, (floor_p50, floor_p99),
-           f"confluent-kafka {v if isinstance(v, str) else v[0]} (librdkafka {libversion()[0]})")
+    v = v if isinstance(v, str) else v[0]
+    res.client = f"confluent-kafka {v} (librdkafka {libversion()[0]})"
+    report(args, res)
 
 
-def report(args: argparse.Namespace, rates: dict[str, list[float]],
-           cpu: dict[str, list[float]], txns: list[int], commit_rates: list[float],
-           commit_p: list[tuple[float, float, float, float]], reads: dict[str, list[float]],
-           floor: tuple[float, float], client: str) -> None:
-    med: Callable[[list[float]], float] = statistics.median
+@dataclass
+class Results:
+    rates: dict[str, list[float]]  # part 1: records/s per mode, one per round
+    cpu: dict[str, list[float]]  # part 1: broker CPU us per record
+    txns: list[int]  # part 1: transactions per transactional round
+    commit_rates: list[float]  # part 2: aggregate commits/s per round
+    # part 2, per round: commit p50, p99, whole-transaction p50, p99 (ms), broker CPU ms/commit
+    commit_p: list[tuple[float, float, float, float, float]]
+    reads: dict[str, list[float]]  # part 3: records/s per isolation level
+    floor: tuple[float, float] = (0.0, 0.0)  # one 4 KiB fdatasync, median and p99 (ms)
+    client: str = ""
+
+
+def report(args: argparse.Namespace, res: Results) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, {client}")
+          f"Python {platform.python_version()}, {res.client}")
     print(f"disk floor: 4 KiB write + fdatasync in the data dir, {args.fsyncs} times: "
-          f"median {floor[0]:.2f} ms, p99 {floor[1]:.2f} ms")
+          f"median {res.floor[0]:.2f} ms, p99 {res.floor[1]:.2f} ms")
+    if res.txns:
+        _report_produce(args, res)
+    if res.commit_rates:
+        _report_commits(args, res)
+    if res.reads["read_committed"]:
+        _report_reads(args, res)
 
+
+def _report_produce(args: argparse.Namespace, res: Results) -> None:
+    med = statistics.median
     print(f"\n1. produce, one producer, {args.records:,} x {args.size} B, acks=all, "
           f"{args.partitions} partitions, {args.rounds} rounds alternated; transactional "
-          f"commits every {args.commit_ms} ms (~{med([float(t) for t in txns]):.0f} "
-          "transactions per round)")
+          f"commits every {args.commit_ms} ms ({med(res.txns):.0f} transactions per round)")
     print(f"  {'':34}{'idempotent':>14}{'transactional':>15}{'difference':>12}   aim")
-    loss = {}
     for label, values, fmt in (
-        ("records/s, best round", {m: max(v) for m, v in rates.items()}, ",.0f"),
-        ("records/s, median", {m: med(v) for m, v in rates.items()}, ",.0f"),
-        ("broker CPU us/record, median", {m: med(v) for m, v in cpu.items()}, ".2f"),
+        ("records/s, best round", {m: max(v) for m, v in res.rates.items()}, ",.0f"),
+        ("records/s, median", {m: med(v) for m, v in res.rates.items()}, ",.0f"),
+        ("broker CPU us/record, median", {m: med(v) for m, v in res.cpu.items()}, ".2f"),
     ):
         idem, txn = values["idempotent"], values["transactional"]
         diff = (txn / idem - 1) * 100
-        aim = ""
-        if label.startswith("records/s"):
-            loss[label] = -diff
-            aim = f"<= 3 % loss: {_verdict(-diff <= 3)}"
+        aim = f"<= 3 % loss: {_verdict(-diff <= 3)}" if label.startswith("records/s") else ""
         print(f"  {label:34}{idem:>14{fmt}}{txn:>15{fmt}}{diff:>+11.1f}%   {aim}")
+    # each transactional round beside the idempotent one next to it in time
+    paired = [t / i for t, i in zip(res.rates["transactional"], res.rates["idempotent"])]
+    diff = (med(paired) - 1) * 100
+    print(f"  {'records/s, same-round ratio, median':34}{'':>14}{med(paired):>15.3f}"
+          f"{diff:>+11.1f}%   <= 3 % loss: {_verdict(-diff <= 3)}")
     for m in PRODUCE_MODES:
-        print(f"  rounds {m + ':':27}{', '.join(f'{x:,.0f}' for x in rates[m])}")
+        print(f"  rounds {m + ':':27}{', '.join(f'{x:,.0f}' for x in res.rates[m])}")
 
+
+def _report_commits(args: argparse.Namespace, res: Results) -> None:
+    med = statistics.median
     print(f"\n2. one-record transactions, {args.producers} producers ({args.workers}), "
           f"{args.seconds:g} s x {args.rounds} rounds")
-    print(f"  {'':34}{'best':>14}{'median':>15}{'floor':>12}   aim")
-    best_r, med_r = max(commit_rates), med(commit_rates)
+    print(f"  {'':34}{'best':>14}{'median':>15}{'fsync floor':>12}   aim")
+    best_r, med_r = max(res.commit_rates), med(res.commit_rates)
     print(f"  {'commits/s, aggregate':34}{best_r:>14,.0f}{med_r:>15,.0f}{'':>12}   "
           f">= 2,000: {_verdict(med_r >= 2000)}")
-    p50s = [c[0] for c in commit_p]
     labels = ("commit_transaction() p50, ms", "commit_transaction() p99, ms",
               "whole transaction p50, ms", "whole transaction p99, ms")
+    p50 = med([c[0] for c in res.commit_p])
     for k, label in enumerate(labels):
-        vals = [c[k] for c in commit_p]
-        fl = floor[0] if k % 2 == 0 else floor[1]
-        aim = f"<= 5 ms: {_verdict(med(p50s) <= 5)}" if k == 0 else ""
+        vals = [c[k] for c in res.commit_p]
+        fl = res.floor[k % 2]
+        aim = f"<= 5 ms: {_verdict(p50 <= 5)}" if k == 0 else ""
         print(f"  {label:34}{min(vals):>14.2f}{med(vals):>15.2f}{fl:>12.2f}   {aim}")
-    print(f"  rounds, commits/s: {', '.join(f'{x:,.0f}' for x in commit_rates)}")
+    cpu = [c[4] for c in res.commit_p]
+    print(f"  {'broker CPU ms per commit':34}{min(cpu):>14.2f}{med(cpu):>15.2f}")
+    print(f"  rounds, commits/s: {', '.join(f'{x:,.0f}' for x in res.commit_rates)}")
 
+
+def _report_reads(args: argparse.Namespace, res: Results) -> None:
+    med = statistics.median
+    rc, ru = res.reads["read_committed"], res.reads["read_uncommitted"]
     print(f"\n3. consume {args.records:,} transactional records (all committed) from offset "
           f"0, {args.rounds} rounds alternated")
     print(f"  {'':34}{'best':>14}{'median':>15}")
     for level in ISOLATION_LEVELS:
-        print(f"  {level + ', records/s':34}{max(reads[level]):>14,.0f}"
-              f"{med(reads[level]):>15,.0f}")
-    best_ratio = max(reads["read_committed"]) / max(reads["read_uncommitted"])
-    med_ratio = med(reads["read_committed"]) / med(reads["read_uncommitted"])
-    print(f"  {'read_committed / read_uncommitted':34}{best_ratio:>14.2f}{med_ratio:>15.2f}"
-          f"{'':>12}   >= 0.95: {_verdict(med_ratio >= 0.95)}")
+        vals = res.reads[level]
+        print(f"  {level + ', records/s':34}{max(vals):>14,.0f}{med(vals):>15,.0f}")
+    ratio = med(rc) / med(ru)
+    print(f"  {'read_committed / read_uncommitted':34}{max(rc) / max(ru):>14.2f}{ratio:>15.2f}"
+          f"{'':>12}   >= 0.95: {_verdict(ratio >= 0.95)}")
 
 
 def main() -> None:
@@ -383,9 +412,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--workers", choices=("processes", "threads"), default="processes")
     ap.add_argument("--fsyncs", type=int, default=200)
+    ap.add_argument("--queue", type=int, default=10_000,
+                    help="part 1: records that may wait in the client (both modes)")
+    ap.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 1,3")
     ap.add_argument("--quick", action="store_true",
                     help="a short smoke run: few records, 1 round, 2 producers for 1 s")
     args = ap.parse_args()
+    args.parts = {int(x) for x in args.parts.split(",")}
     if args.quick:
         args.records, args.rounds, args.producers, args.seconds = 3000, 1, 2, 1.0
         args.fsyncs, args.workers = 20, "threads"

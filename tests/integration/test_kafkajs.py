@@ -14,7 +14,11 @@ installs KafkaJS with npm (`tests/integration/kafkajs/package.json`).
 - two KafkaJS members of one group split a topic's partitions, and the survivor takes
   them all when the other leaves;
 - KafkaJS's admin client: create (and a duplicate create), create partitions,
-  describe/alter configs, offsets, describe cluster, delete.
+  describe/alter configs, offsets, describe cluster, delete;
+- KafkaJS transactions: committed data is visible and aborted data is not to KafkaJS's
+  and confluent-kafka's read_committed consumers (data from either client's transactional
+  producer), read_uncommitted sees the aborted data too, and offsets sent in a KafkaJS
+  transaction (`sendOffsets`) appear only on commit.
 """
 
 from __future__ import annotations
@@ -220,3 +224,92 @@ def test_kafkajs_admin(shared_broker: BrokerProcess) -> None:
     assert sorted(o["partition"] for o in got["offsets"]) == [0, 1, 2, 3]
     assert got["brokers"] == 1
     assert got["deleted"] is True
+
+
+def _kafkajs_txns(bootstrap: str, txn_id: str, txns: list[dict[str, Any]]) -> None:
+    stdin = "".join(json.dumps(t) + "\n" for t in txns)
+    lines = _run(["txn", bootstrap, txn_id], stdin)
+    assert lines[-1]["done"] == len(txns)
+    assert [ln["committed"] for ln in lines[:-1]] == [t["commit"] for t in txns]
+
+
+def _sends(topic: str, prefix: str, n: int, partitions: int) -> list[dict[str, Any]]:
+    return [{"topic": topic, "partition": i % partitions, "v": _b64(f"{prefix}{i}".encode())}
+            for i in range(n)]
+
+
+def _kafkajs_read(bootstrap: str, topic: str, group: str, read_uncommitted: bool,
+                  count: int) -> list[tuple[int, int, bytes]]:
+    lines = _run(["readtxn", bootstrap, topic, group, "1" if read_uncommitted else "0",
+                  str(count), "60"])
+    got = [(d["p"], d["o"], _unb64(d["v"]) or b"") for d in lines[:-1]]
+    for part in {p for p, _o, _v in got}:
+        offsets = [o for p, o, _v in got if p == part]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), part
+    return got
+
+
+def test_kafkajs_transactions_commit_and_abort(shared_broker: BrokerProcess) -> None:
+    """KafkaJS's transactional producer and read_committed consumer, each checked
+    against confluent-kafka's: committed data visible, aborted data invisible (but seen
+    by read_uncommitted), in data written by either client."""
+    from confluent_kafka import Producer
+    from tests.integration.test_transactions import read_all
+
+    bs, topic = shared_broker.bootstrap, "kjs-txn"
+    create_topic(bs, topic, 2)
+    _kafkajs_txns(bs, "kjs-txn-1", [
+        {"send": _sends(topic, "c", 20, 2), "offsets": None, "commit": True},
+        {"send": _sends(topic, "a", 10, 2), "offsets": None, "commit": False},
+        {"send": _sends(topic, "d", 10, 2), "offsets": None, "commit": True},
+    ])
+    cf = Producer({"bootstrap.servers": bs, "transactional.id": "kjs-txn-cf"})
+    cf.init_transactions(30)
+    for prefix, n, commit in (("cfa", 5, False), ("cf", 10, True)):
+        cf.begin_transaction()
+        for i in range(n):
+            cf.produce(topic, f"{prefix}{i}".encode(), partition=i % 2)
+        cf.flush(30)
+        (cf.commit_transaction if commit else cf.abort_transaction)(30)
+    committed = sorted(f"{p}{i}".encode() for p, n in (("c", 20), ("d", 10), ("cf", 10))
+                       for i in range(n))
+    aborted = sorted(f"{p}{i}".encode() for p, n in (("a", 10), ("cfa", 5)) for i in range(n))
+    assert sorted(read_all(bs, topic, "read_committed")) == committed
+    assert sorted(read_all(bs, topic, "read_uncommitted")) == sorted(committed + aborted)
+    got = _kafkajs_read(bs, topic, "kjs-txn-rc", False, len(committed))
+    assert sorted(v for _p, _o, v in got) == committed, "KafkaJS read_committed"
+    got = _kafkajs_read(bs, topic, "kjs-txn-ru", True, len(committed) + len(aborted))
+    assert sorted(v for _p, _o, v in got) == sorted(committed + aborted), \
+        "KafkaJS read_uncommitted"
+
+
+def test_kafkajs_send_offsets_visible_only_on_commit(shared_broker: BrokerProcess) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from tests.integration.test_transactions import read_all
+
+    bs, group = shared_broker.bootstrap, "kjs-txn-offsets"
+    create_topic(bs, "kjs-txn-src", 1)
+    create_topic(bs, "kjs-txn-dst", 1)
+    admin = AdminClient({"bootstrap.servers": bs})
+
+    def committed() -> int:
+        res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(
+            group, [TopicPartition("kjs-txn-src", 0)])])[group].result(30)
+        return int(res.topic_partitions[0].offset)
+
+    def txn(value: bytes, offset: int, commit: bool) -> None:
+        _kafkajs_txns(bs, "kjs-txn-offsets", [{
+            "send": [{"topic": "kjs-txn-dst", "partition": 0, "v": _b64(value)}],
+            "offsets": {"group": group, "topic": "kjs-txn-src", "partition": 0,
+                        "offset": offset},
+            "commit": commit}])
+
+    txn(b"x", 42, commit=False)
+    assert committed() < 0, "offsets of an aborted transaction became visible"
+    txn(b"y", 7, commit=True)
+    assert committed() == 7
+    txn(b"z", 99, commit=False)
+    assert committed() == 7, "an aborted transaction overwrote committed offsets"
+    assert read_all(bs, "kjs-txn-dst", "read_committed") == [b"y"]
+    assert sorted(read_all(bs, "kjs-txn-dst", "read_uncommitted")) == [b"x", b"y", b"z"]

@@ -6,6 +6,14 @@
 //   node driver.js consume  <bootstrap> <topic> <group> <count> <timeout_s>
 //   node driver.js member   <bootstrap> <topic> <group>                  (until stdin closes)
 //   node driver.js admin    <bootstrap> <topic>
+//   node driver.js txn      <bootstrap> <transactional id>   (one transaction per stdin line)
+//   node driver.js readtxn  <bootstrap> <topic> <group> <read_uncommitted 0|1> <count> <timeout_s>
+//
+// txn: each stdin line is {"send": [{"topic", "partition", "v"}], "offsets": null or
+// {"group", "topic", "partition", "offset"}, "commit": true|false}; it is sent in one
+// transaction, then committed or aborted; prints {"txn": i, "committed": bool} each.
+// readtxn: a group consumer with `readUncommitted`; prints each record as consume does,
+// waits 2 s past the `count`-th for records that should not be there, then {"done": n}.
 //
 // Each prints JSON lines on stdout; the last line of a successful run is {"done": ...}.
 // Any error exits with status 1 and the error on stderr.
@@ -123,8 +131,59 @@ async function admin (bootstrap, topic) {
   out({ done: true })
 }
 
+async function txn (bootstrap, transactionalId) {
+  const producer = client(bootstrap, 'kafkajs-txn').producer({
+    transactionalId, maxInFlightRequests: 1, idempotent: true, allowAutoTopicCreation: false
+  })
+  await producer.connect()
+  let i = 0
+  const rl = readline.createInterface({ input: process.stdin })
+  for await (const line of rl) {
+    if (!line) continue
+    const spec = JSON.parse(line)
+    const t = await producer.transaction()
+    for (const r of spec.send) {
+      await t.send({ topic: r.topic, messages: [{ partition: r.partition, value: unb64(r.v) }] })
+    }
+    if (spec.offsets) {
+      const o = spec.offsets
+      await t.sendOffsets({
+        consumerGroupId: o.group,
+        topics: [{ topic: o.topic, partitions: [{ partition: o.partition, offset: String(o.offset) }] }]
+      })
+    }
+    if (spec.commit) await t.commit()
+    else await t.abort()
+    out({ txn: i++, committed: spec.commit })
+  }
+  await producer.disconnect()
+  out({ done: i })
+}
+
+async function readtxn (bootstrap, topic, group, readUncommitted, count, timeoutS) {
+  const consumer = client(bootstrap, 'kafkajs-readtxn').consumer({
+    groupId: group, readUncommitted: readUncommitted === '1', maxWaitTimeInMs: 500
+  })
+  await consumer.connect()
+  await consumer.subscribe({ topic, fromBeginning: true })
+  let n = 0
+  const want = Number(count)
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`timed out after ${n} records`)),
+      Number(timeoutS) * 1000)
+    consumer.run({
+      eachMessage: async ({ partition, message }) => {
+        out({ p: partition, o: Number(message.offset), v: b64(message.value) })
+        if (++n === want) { clearTimeout(timer); setTimeout(resolve, 2000) }
+      }
+    }).catch(reject)
+  })
+  await consumer.disconnect()
+  out({ done: n })
+}
+
 const [cmd, ...args] = process.argv.slice(2)
-const commands = { produce, consume, member, admin }
+const commands = { produce, consume, member, admin, txn, readtxn }
 if (!commands[cmd]) {
   console.error(`unknown command ${cmd}; expected one of ${Object.keys(commands).join(', ')}`)
   process.exit(2)
