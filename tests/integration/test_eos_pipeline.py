@@ -1,0 +1,267 @@
+"""Exactly-once consume-transform-produce under kill -9 (the transactions issue's
+acceptance; seeds 000 and 004's read-process-write loop), with confluent-kafka.
+
+An input topic (3 partitions) holds N unique values. A processor subprocess
+(tests/integration/eos_processor.py: fixed transactional.id and group id,
+read_committed, no auto commit) turns each into `out-<value>` in an output topic (3
+partitions), committing its consumed offsets inside each transaction. The test
+SIGKILLs the processor at random moments many times and restarts it, and SIGKILLs the
+broker a few times and restarts it on the same data directory and port. At the end a
+read_committed read of the output holds every input value exactly once, and the
+group's committed offsets equal the input's end offsets.
+
+`make test` runs N=20,000 with >= 10 processor kills and 2 broker kills; `make soak`
+(TIDEGATE_SOAK=1) runs N=100,000 with more of both.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from tests.integration.conftest import ROOT, BrokerProcess
+
+PROCESSOR = Path(__file__).with_name("eos_processor.py")
+TXN_OVERRIDES = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+TXN_TIMEOUT_MS = 6000
+PARTITIONS = 3
+
+
+def create_topics(bootstrap: str, *topics: str, partitions: int = PARTITIONS) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(t, partitions, 1) for t in topics]).values():
+        f.result(30)
+
+
+def end_offsets(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> list[int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets",
+                  "isolation.level": isolation})
+    try:
+        n = len(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in range(n)]
+    finally:
+        c.close()
+
+
+def read_committed_all(bootstrap: str, topic: str, timeout: float = 60
+                       ) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every record a read_committed consumer returns,
+    reading every partition from the start until its position reaches the high
+    watermark (so an open transaction pinning the LSO fails the read)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-{time.monotonic_ns()}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        n = len(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        tps = [TopicPartition(topic, p, 0) for p in range(n)]
+        c.assign(tps)
+        out: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msgs = c.consume(10000, 0.5)
+            for m in msgs:
+                assert m.error() is None, m.error()
+                out.append((m.partition(), m.offset(), m.value()))
+            if msgs:
+                continue
+            positions = [tp.offset for tp in c.position(tps)]
+            highs = [c.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in tps]
+            if all(p >= h for p, h in zip(positions, highs)):
+                return out
+        raise AssertionError(f"read_committed of {topic} did not reach the high watermark in "
+                             f"{timeout}s: positions {positions}, high watermarks {highs}")
+    finally:
+        c.close()
+
+
+def produce_input(bootstrap: str, topic: str, n: int) -> list[bytes]:
+    values = [f"v{i:07d}".encode() for i in range(n)]
+    failed: list[object] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            failed.append(err)
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                  "linger.ms": 20, "batch.num.messages": 2000})
+    for i, v in enumerate(values):
+        while True:
+            try:
+                p.produce(topic, key=v, value=v, partition=i % PARTITIONS,
+                          on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.1)
+    assert p.flush(60) == 0 and not failed, failed[:5]
+    return values
+
+
+@dataclass
+class Pipeline:
+    broker: BrokerProcess
+    workdir: Path
+    group: str = "eos-group"
+    batch_range: tuple[int, int] = (50, 800)
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    proc: subprocess.Popen[bytes] | None = None
+    incarnation: int = 0
+    exits: Counter[int] = field(default_factory=Counter)
+    kills: int = 0
+
+    def log_path(self, i: int) -> Path:
+        return self.workdir / f"processor-{i:03d}.log"
+
+    def spawn(self) -> None:
+        self.incarnation += 1
+        args = [sys.executable, str(PROCESSOR), self.broker.bootstrap, "in", "out",
+                self.group, "eos-processor", "--batch", str(self.rng.randint(*self.batch_range)),
+                "--transaction-timeout-ms", str(TXN_TIMEOUT_MS), "--max-seconds", "900"]
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+        with self.log_path(self.incarnation).open("wb") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         cwd=ROOT)
+
+    def log(self, i: int | None = None) -> str:
+        return self.log_path(i or self.incarnation).read_text(errors="replace")
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "READY" in self.log():
+                return True
+            if self.reap():
+                return False
+            time.sleep(0.05)
+        return False
+
+    def reap(self) -> bool:
+        """True (and respawns) if the processor exited by itself."""
+        assert self.proc is not None
+        rc = self.proc.poll()
+        if rc is None:
+            return False
+        self.exits[rc] += 1
+        self.spawn()
+        return True
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+            self.kills += 1
+        else:
+            self.exits[self.proc.returncode] += 1
+        self.spawn()
+
+    def stop(self, timeout: float = 30) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def commits(self) -> int:
+        return sum(self.log(i).count("COMMIT ") for i in range(1, self.incarnation + 1))
+
+    def committed_offsets(self) -> list[int]:
+        c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": self.group,
+                      "isolation.level": "read_committed", "enable.auto.commit": False})
+        try:
+            tps = [TopicPartition("in", p) for p in range(PARTITIONS)]
+            return [tp.offset for tp in c.committed(tps, timeout=20)]
+        finally:
+            c.close()
+
+
+def run_pipeline(tmp_path: Path, n: int, processor_kills: int, broker_kills: int,
+                 budget: float, seed: int) -> None:
+    started = time.monotonic()
+    rng = random.Random(seed)
+    broker = BrokerProcess(tmp_path / "data", overrides=TXN_OVERRIDES)
+    broker.start()
+    pipe = Pipeline(broker, tmp_path, rng=rng)
+    try:
+        create_topics(broker.bootstrap, "in", "out")
+        values = produce_input(broker.bootstrap, "in", n)
+        ends = end_offsets(broker.bootstrap, "in")
+        assert sum(ends) == n, ends
+        produced_at = time.monotonic()
+        # kill the broker after these processor kills (spread over the run)
+        broker_after = {(k + 1) * processor_kills // (broker_kills + 1)
+                        for k in range(broker_kills)}
+        pipe.spawn()
+        for i in range(processor_kills):
+            assert time.monotonic() - started < budget, "kill phase over budget"
+            pipe.wait_ready(30)
+            time.sleep(rng.uniform(0.5, 2.0))
+            if i in broker_after:
+                broker.kill()
+                time.sleep(rng.uniform(0.2, 1.0))
+                broker.start()
+                time.sleep(rng.uniform(0.5, 2.0))
+            pipe.kill()
+        killed_at = time.monotonic()
+        # let the last incarnation finish the input
+        committed: list[int] = []
+        while time.monotonic() - started < budget:
+            pipe.reap()
+            committed = pipe.committed_offsets()
+            if committed == ends:
+                break
+            time.sleep(1)
+        pipe.wait_ready(30)  # (a processor still importing dies of SIGTERM: rc -15)
+        rc = pipe.stop()
+        finished_at = time.monotonic()
+        out = read_committed_all(broker.bootstrap, "out")
+        everything = sum(end_offsets(broker.bootstrap, "out"))
+    finally:
+        pipe.stop(5)
+        broker.stop()
+    counts = Counter(v for _p, _o, v in out)
+    expected = Counter(b"out-" + v for v in values)
+    lost = expected - counts
+    duplicated = counts - expected
+    misplaced = [(p, v) for p, _o, v in out if int(v[5:]) % PARTITIONS != p]
+    summary = (
+        f"N={n} seed={seed}: lost {sum(lost.values())} (e.g. {sorted(lost)[:5]}), duplicated "
+        f"{sum(duplicated.values())} (e.g. {sorted(duplicated)[:5]}), misplaced {len(misplaced)}; "
+        f"processor SIGKILLs {pipe.kills}, self-exits {dict(pipe.exits)}, last exit {rc}, "
+        f"broker SIGKILLs {broker_kills}, committed txns {pipe.commits()}, output log "
+        f"{everything} records (incl. aborted + markers) for {len(out)} committed; "
+        f"input {produced_at - started:.1f}s, kill phase {killed_at - produced_at:.1f}s, "
+        f"drain {finished_at - killed_at:.1f}s, total {time.monotonic() - started:.1f}s")
+    print(summary)
+    assert not lost and not duplicated and not misplaced, summary
+    assert committed == ends, f"group offsets {committed} != input end offsets {ends}; {summary}"
+    assert pipe.kills >= processor_kills * 0.8, summary
+    assert pipe.exits[3] == 0, f"processor hit unexpected errors: {summary}\n" + "\n".join(
+        pipe.log(i)[-2000:] for i in range(1, pipe.incarnation + 1) if "ERROR" in pipe.log(i))
+
+
+def test_consume_transform_produce_exactly_once_under_kill9(tmp_path: Path) -> None:
+    run_pipeline(tmp_path, n=20_000, processor_kills=12, broker_kills=2, budget=150, seed=4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
+                    reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
+def test_consume_transform_produce_exactly_once_soak(tmp_path: Path) -> None:
+    run_pipeline(tmp_path, n=100_000, processor_kills=80, broker_kills=10, budget=1500,
+                 seed=int(time.time()))
