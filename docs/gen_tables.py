@@ -71,7 +71,14 @@ CLIENT_DOCS: dict[str, str] = {
     "enable.idempotence": "Producer id + per-partition sequences: retries neither "
                           "duplicate nor reorder records. Needs acks=all, max.in.flight <= 5, "
                           "retries > 0 (if only defaulted, conflicting settings turn it off).",
-    "transactional.id": "Not available yet (setting it is rejected).",
+    "transactional.id": "Makes the producer transactional (init_transactions(), "
+                        "begin/commit/abort_transaction()); one live producer per id.",
+    "transaction.timeout.ms": "The coordinator aborts a transaction open for longer "
+                              "(at most the broker's transaction.max.timeout.ms).",
+    "transaction.two.phase.commit.enable": "KIP-939: transactions that never time out, "
+                                           "prepare_transaction() / complete_transaction().",
+    "tidegate.transaction.version.max": "Tidegate: highest transaction version (KIP-890) "
+                                        "to use; 1 forces AddPartitionsToTxn and EndTxn < v5.",
     "partitioner.ignore.keys": "Spread keyed records like unkeyed ones (sticky) instead "
                                "of by murmur2(key).",
     "key.serializer": "Callable turning your key into bytes (default: bytes, str as "

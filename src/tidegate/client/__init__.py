@@ -14,15 +14,23 @@ from tidegate.client.consumer import AsyncConsumer
 from tidegate.client.errors import (
     ClientClosedError,
     ConfigError,
+    FatalProducerError,
+    IllegalStateError,
     KafkaConnectionError,
     KafkaTimeoutError,
     NoOffsetForPartitionError,
+    PreparedTxnMismatchError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
 )
 from tidegate.client.producer import AsyncProducer
+from tidegate.client.producer.transactions import PreparedTxnState, TxnState
 from tidegate.client.sync import Admin, Consumer, Producer
 from tidegate.client.types import (
     ConfigEntry,
     ConfigResource,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     NewTopic,
     OffsetAndTimestamp,
@@ -43,15 +51,24 @@ __all__ = [
     "ConfigResource",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
+    "FatalProducerError",
+    "IllegalStateError",
     "KafkaConnectionError",
     "KafkaTimeoutError",
     "NewTopic",
     "NoOffsetForPartitionError",
     "OffsetAndTimestamp",
+    "PreparedTxnMismatchError",
+    "PreparedTxnState",
     "Producer",
     "ProducerConfig",
+    "ProducerFencedError",
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TxnState",
 ]

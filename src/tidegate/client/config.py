@@ -15,7 +15,9 @@ Idempotence (``enable.idempotence``) defaults to true, as in Kafka 3+, and needs
 the Java client: if the user set ``enable.idempotence=true`` explicitly, a conflicting
 key is a `ConfigError`; if idempotence is only the default, a conflicting key quietly
 turns it off (``acks=1`` alone means "no idempotence", as it does in Kafka).
-Transactions (``transactional.id``) are still rejected until they exist.
+A ``transactional.id`` makes a transactional producer (see `producer.transactions`):
+it needs idempotence, so an explicit ``enable.idempotence=false`` or a conflicting key
+is a `ConfigError` there, never a quiet downgrade.
 """
 
 from __future__ import annotations
@@ -212,6 +214,16 @@ class ProducerConfig(ClientConfig):
     # without InitProducerId is an error; otherwise the producer goes on without.
     idempotence_explicit: bool = field(default=False, init=False, repr=False, compare=False)
     transactional_id: str | None = _opt("transactional.id", None, _opt_str)
+    transaction_timeout_ms: int = _opt("transaction.timeout.ms", 60_000, _int(1, INT32_MAX))
+    # KIP-939's client-side switch: InitProducerId with enable_2pc (no transaction
+    # timeout; prepare_transaction / complete_transaction).
+    transaction_two_phase_commit_enable: bool = _opt(
+        "transaction.two.phase.commit.enable", False, _bool)
+    # Tidegate's: the highest transaction version (KIP-890) to use; the broker's
+    # finalized `transaction.version` feature caps it. 1 forces AddPartitionsToTxn and
+    # EndTxn < v5 (for tests and for brokers that mis-advertise).
+    tidegate_transaction_version_max: int = _opt("tidegate.transaction.version.max", 2,
+                                                 _int(1, 2))
     partitioner_ignore_keys: bool = _opt("partitioner.ignore.keys", False, _bool)
     key_serializer: Serializer | None = _opt("key.serializer", None, _callable)  # noqa: RUF009
     value_serializer: Serializer | None = _opt(  # noqa: RUF009
@@ -222,11 +234,12 @@ class ProducerConfig(ClientConfig):
         return "producer"
 
     def _check(self, explicit: set[str]) -> None:
-        self._check_idempotence(explicit)
         if self.transactional_id is not None:
-            raise ConfigError(
-                "transactional.id is not available yet: transactions arrive with "
-                "Tidegate's transactions work; remove transactional.id")
+            self._check_transactional(explicit)
+        elif self.transaction_two_phase_commit_enable:
+            raise ConfigError("transaction.two.phase.commit.enable=true needs a "
+                              "transactional.id")
+        self._check_idempotence(explicit)
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             if "delivery.timeout.ms" in explicit:
                 raise ConfigError(
@@ -237,6 +250,16 @@ class ProducerConfig(ClientConfig):
             object.__setattr__(self, "delivery_timeout_ms",
                                self.linger_ms + self.request_timeout_ms)
 
+
+    def _check_transactional(self, explicit: set[str]) -> None:
+        """A transactional producer is idempotent: conflicting keys are errors."""
+        if not self.transactional_id:
+            raise ConfigError("transactional.id must not be empty; leave it out for a "
+                              "producer without transactions")
+        if not self.enable_idempotence:
+            raise ConfigError("transactional.id needs enable.idempotence=true (the "
+                              "default); remove enable.idempotence=false")
+        explicit.add("enable.idempotence")  # conflicts are errors, not a downgrade
 
     def _check_idempotence(self, explicit: set[str]) -> None:
         """Kafka's rules (ProducerConfig.postProcessAndValidateIdempotenceConfigs)."""

@@ -4,6 +4,12 @@ Broker-reported failures arrive as `tidegate.common.errors.KafkaError` subclasse
 (built with `error_for_code`). The classes here cover what happens on the client's own
 side: bad configuration, unreachable brokers, timeouts, use after close. Their messages
 say what to do, because the CLI prints them as they are.
+
+Transactions (KIP-1050's classes): `FatalProducerError` (and `ProducerFencedError`)
+mean the producer cannot go on: close it; `TransactionAbortableError` means the
+current transaction cannot commit: call `abort_transaction()` and start again;
+`IllegalStateError` is a call the transaction state does not allow (the seed's
+IllegalStateException); `TransactionAbortedError` fails records dropped by an abort.
 """
 
 from __future__ import annotations
@@ -15,12 +21,19 @@ from tidegate.common.errors import KafkaError, OffsetOutOfRangeError
 __all__ = [
     "ClientClosedError",
     "ConfigError",
+    "FatalProducerError",
+    "IllegalStateError",
     "KafkaConnectionError",
     "KafkaTimeoutError",
     "NoOffsetForPartitionError",
+    "PreparedTxnMismatchError",
+    "ProducerFencedError",
     "ProtocolError",
     "RequestTimedOutError",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
     "explain",
+    "fatal_error",
 ]
 
 
@@ -60,6 +73,70 @@ class ClientClosedError(RuntimeError):
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """A partition has no position and `auto.offset.reset` is `none`."""
+
+
+class FatalProducerError(KafkaError):
+    """The producer cannot go on (fenced, not authorized, an unusable broker): close it
+    and create a new one. `retriable` is false whatever the code."""
+
+    @property
+    def retriable(self) -> bool:
+        return False
+
+
+class ProducerFencedError(FatalProducerError):
+    """Another producer with the same transactional.id started (its InitProducerId
+    bumped the epoch): this one is a zombie and must stop."""
+
+    code = ErrorCode.producer_fenced
+
+
+_FENCED_CODES = frozenset({ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch})
+
+
+def fatal_error(code: ErrorCode, message: str) -> FatalProducerError:
+    """The fatal error for `code`: `ProducerFencedError` for a fenced producer."""
+    if code in _FENCED_CODES:
+        return ProducerFencedError(message, code=code)
+    return FatalProducerError(message, code=code)
+
+
+class TransactionAbortableError(KafkaError):
+    """The current transaction cannot commit (a record failed, the coordinator refused
+    an offset commit, ...): call `abort_transaction()`, then begin a new one.
+    `__cause__` is what went wrong."""
+
+    code = ErrorCode.transaction_abortable
+
+    @property
+    def retriable(self) -> bool:
+        return False
+
+
+class TransactionAbortedError(KafkaError):
+    """The record was dropped because its transaction was aborted before it was sent."""
+
+    code = ErrorCode.transaction_abortable
+
+    @property
+    def retriable(self) -> bool:
+        return False
+
+
+class IllegalStateError(KafkaError):
+    """A transactional call the producer's state does not allow now (begin twice,
+    commit without a transaction, send before `init_transactions()`, ...)."""
+
+    code = ErrorCode.invalid_txn_state
+
+    @property
+    def retriable(self) -> bool:
+        return False
+
+
+class PreparedTxnMismatchError(IllegalStateError):
+    """`complete_transaction()` was given a prepared state that is not the one the
+    coordinator holds for this transactional.id."""
 
 
 def explain(exc: BaseException) -> str:

@@ -15,6 +15,7 @@ __all__ = [
     "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "LogDirDescription",
     "NewTopic",
@@ -192,6 +193,19 @@ class LogDirDescription:
 
 
 # -- transactions (KIP-664) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """What a transactional producer needs to commit a consumer's offsets inside its
+    transaction (KIP-447): the group and the member's generation, so the group
+    coordinator can refuse a commit from a member that was rebalanced away. The
+    consumer's `group_metadata()` returns one; the producer's
+    `send_offsets_to_transaction()` takes it."""
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

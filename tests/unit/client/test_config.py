@@ -93,8 +93,9 @@ def test_idempotence_rules_and_transactions_rejected_clearly() -> None:
     assert ProducerConfig.from_dict(
         {"max.in.flight.requests.per.connection": 10}).enable_idempotence is False
     assert ProducerConfig.from_dict({"acks": "all"}).enable_idempotence is True
-    with pytest.raises(ConfigError, match=r"transactional\.id is not available yet"):
-        ProducerConfig.from_dict({"transactional.id": "tx"})
+    # transactional: a conflicting key is an error, never a quiet downgrade
+    with pytest.raises(ConfigError, match=r"enable\.idempotence=true needs acks"):
+        ProducerConfig.from_dict({"transactional.id": "tx", "acks": "1"})
 
 
 def test_delivery_timeout_rule() -> None:

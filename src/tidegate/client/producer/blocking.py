@@ -27,13 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
 from tidegate.client.config import ProducerConfig
+from tidegate.client.consumer.group_offsets import OffsetAndMetadata
 from tidegate.client.errors import ClientClosedError, KafkaTimeoutError
 from tidegate.client.futures import DeliveryFuture, FutureGroup
 from tidegate.client.loop_thread import LoopThread
 from tidegate.client.producer.producer import AsyncProducer, DeliveryCallback, Prepared
-from tidegate.client.types import (
-    RecordMetadata,
-)
+from tidegate.client.producer.transactions import PreparedTxnState, TxnState
+from tidegate.client.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 
 __all__ = ["MAX_QUEUED", "Producer"]
 
@@ -278,6 +278,41 @@ class Producer:
 
     def partitions_for(self, topic: str) -> list[int]:
         return self._loop.run(self._async.partitions_for(topic))
+
+    # -- transactions: see AsyncProducer and txn_manager --------------------------------
+
+    @property
+    def transaction_state(self) -> TxnState | None:
+        return self._async.transaction_state
+
+    def init_transactions(self, keep_prepared_txn: bool = False,
+                          timeout_ms: int | None = None) -> PreparedTxnState | None:
+        return self._loop.run(self._async.init_transactions(keep_prepared_txn, timeout_ms))
+
+    def begin_transaction(self) -> None:
+        self._loop.call(self._async.begin_transaction)
+
+    def send_offsets_to_transaction(
+            self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+            group_metadata: ConsumerGroupMetadata, timeout_ms: int | None = None) -> None:
+        self._loop.run(self._async.send_offsets_to_transaction(offsets, group_metadata,
+                                                               timeout_ms))
+
+    def commit_transaction(self, timeout_ms: int | None = None) -> None:
+        self._wait_queue()
+        self._loop.run(self._async.commit_transaction(timeout_ms))
+
+    def abort_transaction(self, timeout_ms: int | None = None) -> None:
+        self._wait_queue()
+        self._loop.run(self._async.abort_transaction(timeout_ms))
+
+    def prepare_transaction(self, timeout_ms: int | None = None) -> PreparedTxnState:
+        self._wait_queue()
+        return self._loop.run(self._async.prepare_transaction(timeout_ms))
+
+    def complete_transaction(self, prepared_state: PreparedTxnState, commit: bool = True,
+                             timeout_ms: int | None = None) -> None:
+        self._loop.run(self._async.complete_transaction(prepared_state, commit, timeout_ms))
 
     def close(self, timeout_ms: int | None = None) -> None:
         """Flush, then release connections and the loop thread."""

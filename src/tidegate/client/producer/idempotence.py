@@ -31,23 +31,33 @@ Rules (Kafka's TransactionManager for a non-transactional producer; KIP-360):
 - INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING and the
   authorization errors are fatal: `fatal` is set, every unfinished record fails with
   it, and further sends raise it. Close the producer and create a new one.
+- A transactional producer (`transactional`): the transaction manager
+  (`transactions`/`txn_manager`) owns the producer id: this manager never asks for
+  one, nothing is sent while there is none, `gate` decides whether a partition may
+  be sent to (added to the transaction), batches are stamped with the transactional
+  bit, and a sequence gap is not repaired here (the transaction is aborted instead,
+  and the next epoch starts every partition at 0: `on_reset_needed` says so).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.client.errors import FatalProducerError
 from tidegate.client.producer.accumulator import ProducerBatch
 from tidegate.client.types import TopicPartition
 from tidegate.common.errors import KafkaError
 from tidegate.records.batch import (
+    ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    TRANSACTIONAL_MASK,
     compute_crc,
 )
 
@@ -77,10 +87,7 @@ FATAL_CODES = frozenset(
 _PRODUCER_FIELDS = struct.Struct(">qhi")
 _PRODUCER_OFFSET = 43
 _CRC = struct.Struct(">I")
-
-
-class FatalProducerError(KafkaError):
-    """The idempotent producer cannot go on; close it and create a new one."""
+_ATTRS = struct.Struct(">h")
 
 
 class Verdict:
@@ -91,10 +98,15 @@ class Verdict:
     FATAL = "fatal"
 
 
-def stamp(payload: bytes, producer_id: int, epoch: int, base_sequence: int) -> bytes:
-    """`payload` (one built v2 batch) with the producer fields set and the CRC redone."""
+def stamp(payload: bytes, producer_id: int, epoch: int, base_sequence: int,
+          transactional: bool = False) -> bytes:
+    """`payload` (one built v2 batch) with the producer fields (and, if `transactional`,
+    the transactional attribute bit) set and the CRC redone."""
     buf = bytearray(payload)
     _PRODUCER_FIELDS.pack_into(buf, _PRODUCER_OFFSET, producer_id, epoch, base_sequence)
+    if transactional:
+        (attrs,) = _ATTRS.unpack_from(buf, ATTRIBUTES_OFFSET)
+        _ATTRS.pack_into(buf, ATTRIBUTES_OFFSET, attrs | TRANSACTIONAL_MASK)
     _CRC.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
     return bytes(buf)
 
@@ -121,17 +133,27 @@ class IdempotenceManager:
         self.resets = 0  # new producer ids after the first (for tests and logs)
         self._parts: dict[TopicPartition, _Partition] = {}
         self._order = 0
+        # Transactional mode (see the module docstring).
+        self.transactional = False
+        self.gate: Callable[[TopicPartition], bool] | None = None
+        self.on_reset_needed: Callable[[str], None] | None = None
+        self.on_fatal: Callable[[KafkaError], None] | None = None
 
     # -- producer id -------------------------------------------------------------------
 
     @property
     def needs_producer_id(self) -> bool:
-        return self.fatal is None and (
+        return self.fatal is None and not self.transactional and (
             self.producer_id == NO_PRODUCER_ID or self.reset_reason is not None
         )
 
     def request_reset(self, reason: str) -> None:
-        """Ask for a new producer id (KIP-360); nothing is sent until it arrives."""
+        """Ask for a new producer id (KIP-360); nothing is sent until it arrives. A
+        transactional producer is told instead (`on_reset_needed`)."""
+        if self.transactional:
+            if self.on_reset_needed is not None:
+                self.on_reset_needed(reason)
+            return
         if self.reset_reason is None and self.producer_id != NO_PRODUCER_ID:
             self.reset_reason = reason
 
@@ -153,6 +175,8 @@ class IdempotenceManager:
     def set_fatal(self, exc: KafkaError) -> None:
         if self.fatal is None:
             self.fatal = exc
+            if self.on_fatal is not None:
+                self.on_fatal(exc)
 
     # -- sequences ---------------------------------------------------------------------
 
@@ -165,6 +189,9 @@ class IdempotenceManager:
     def can_send(self, batch: ProducerBatch[Any]) -> bool:
         """Whether the accumulator may drain `batch` (the first of its queue) now."""
         if self.fatal is not None or self.needs_producer_id:
+            return False
+        if self.transactional and (self.producer_id == NO_PRODUCER_ID or (
+                self.gate is not None and not self.gate(batch.tp))):
             return False
         part = self._parts.get(batch.tp)
         if batch.base_sequence != NO_SEQUENCE:
@@ -185,7 +212,8 @@ class IdempotenceManager:
         batch.seq_order = self._order
         self._order += 1
         assert batch.payload is not None
-        batch.payload = stamp(batch.payload, self.producer_id, self.epoch, seq)
+        batch.payload = stamp(batch.payload, self.producer_id, self.epoch, seq,
+                              self.transactional)
         part.in_flight.append(batch)
 
     def _is_current(self, batch: ProducerBatch[Any]) -> bool:

@@ -25,8 +25,13 @@ releases connections; sending after close raises `ClientClosedError`.
 With ``enable.idempotence`` (the default) the sender gets a producer id before the
 first batch and every batch a per-partition sequence, so retries neither duplicate nor
 reorder records (see `idempotence`). After a fatal idempotence error (e.g. the producer
-was fenced) unfinished records fail and `send` raises it. Transactions are not
-available yet; see `client.config`.
+was fenced) unfinished records fail and `send` raises it.
+
+With ``transactional.id`` the producer is transactional: `init_transactions()`, then
+`begin_transaction()`, sends, `send_offsets_to_transaction()`, and
+`commit_transaction()` or `abort_transaction()` (KIP-939 adds `prepare_transaction()`
+and `complete_transaction()`). `txn_manager` does the work; sends take the general
+path there (`prepare` checks the transaction state).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ from tidegate.client.producer.accumulator import (
 )
 from tidegate.client.producer.idempotence import IdempotenceManager
 from tidegate.client.producer.sender import Completion, Sender
+from tidegate.client.producer.txn_api import TransactionalMixin
+from tidegate.client.producer.txn_manager import TransactionManager
 from tidegate.client.types import RecordMetadata, TopicPartition
 from tidegate.common.errors import InvalidPartitionsError, MessageTooLargeError
 from tidegate.records.batch import HEADER_SIZE
@@ -83,7 +90,7 @@ def _to_bytes(what: str, value: object) -> bytes | None:
                     f"{what}.serializer), not {type(value).__name__}")
 
 
-class AsyncProducer:
+class AsyncProducer(TransactionalMixin):
     """See the module docstring. Use as ``async with AsyncProducer({...}) as p:``."""
 
     def __init__(self, config: ProducerConfig | Mapping[str, object] | None = None,
@@ -103,6 +110,7 @@ class AsyncProducer:
             compression=codec_from_name(cfg.compression_type),
             retry_backoff_ms=cfg.retry_backoff_ms)
         self._idem = IdempotenceManager() if cfg.enable_idempotence else None
+        self._txn = TransactionManager(self) if cfg.transactional_id is not None else None
         self._partitioner = StickyPartitioner()
         # The batch of each topic's sticky partition, while it fills (see _append).
         self._sticky_batches: dict[str, ProducerBatch[Completion]] = {}
@@ -115,7 +123,8 @@ class AsyncProducer:
         self._max_record_size = min(cfg.max_request_size, cfg.buffer_memory)
         self._max_batch_record_size = self._max_record_size - HEADER_SIZE
         # No serializers: `send` may take its inline path.
-        self._plain = cfg.key_serializer is None and cfg.value_serializer is None
+        self._plain = cfg.key_serializer is None and cfg.value_serializer is None \
+            and self._txn is None
         # The loop the producer runs on, set by its first use; its futures belong there.
         self._loop: asyncio.AbstractEventLoop | None = None
         # TopicPartition objects per topic, reused for every record; rebuilt after
@@ -151,6 +160,8 @@ class AsyncProducer:
             self._batch_done = asyncio.Event()
             self._sender = Sender(self.config, self._acc, self._net, self._metadata,
                                   self._on_batch_done, self._idem)
+            if self._txn is not None:
+                self._txn.attach(self._sender)
             self._sender.start()
         return self._sender
 
@@ -213,6 +224,8 @@ class AsyncProducer:
             except TimeoutError:
                 await sender.abort(ClientClosedError(
                     "the producer was closed before these records were sent"))
+        if self._txn is not None:
+            await self._txn.close()
         await self._net.close()
 
     # -- sending -----------------------------------------------------------------------
@@ -225,6 +238,8 @@ class AsyncProducer:
         MessageTooLargeError if the record cannot fit in a request or the buffer."""
         if self._closed:
             raise ClientClosedError(f"cannot send to {topic!r}: the producer is closed")
+        if self._txn is not None:
+            self._txn.check_send()
         if self._idem is not None and self._idem.fatal is not None:
             raise self._idem.fatal
         # `type(x) is bytes` first: the common case costs no function call.
@@ -357,6 +372,8 @@ class AsyncProducer:
             self._sticky_batches[topic] = batch
         if created:
             self._incomplete.add(batch)
+            if self._txn is not None:
+                self._txn.state.on_new_partition(batch.tp)
         if wake:
             self._should_yield = True
         if created or wake:

@@ -24,6 +24,12 @@ is sent, and again whenever the `IdempotenceManager` asks for a new producer id 
 no request is in flight), a task sends InitProducerId, retrying retriable errors. The
 manager gates and stamps what the accumulator drains and judges idempotence errors in
 responses; after a fatal one every queued record fails with it.
+
+Transactions (`txn_manager`): Produce requests carry ``transactional.id``, at most
+`produce_version_max` (11 under transaction version 1: v12+ would make the broker add
+partitions implicitly); `before_drain` runs at each pass (it starts AddPartitionsToTxn
+for new partitions), `on_failed` hears of every batch that fails for good, and
+`drop_unsent` fails what is queued without stopping the sender (an abort).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from tidegate.client.config import ProducerConfig
-from tidegate.client.errors import KafkaConnectionError, KafkaTimeoutError
+from tidegate.client.errors import KafkaConnectionError, KafkaTimeoutError, fatal_error
 from tidegate.client.futures import DeliveryFuture
 from tidegate.client.metadata import REFRESH_ERRORS, ZERO_UUID, MetadataClient
 from tidegate.client.net import BrokerConnection, NetworkClient
@@ -123,6 +129,12 @@ class Sender:
         self._refresh: asyncio.Task[Any] | None = None
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        # Transactions (see the module docstring).
+        self.transactional_id: str | None = None
+        self.produce_version_max = 13
+        self.before_drain: Callable[[], None] | None = None
+        self.on_failed: Callable[[ProducerBatch[Completion], BaseException], None] | None = None
+        self.on_sent: Callable[[list[ProducerBatch[Completion]]], None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -162,6 +174,13 @@ class Sender:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+    def drop_unsent(self, exc: BaseException) -> int:
+        """Fail every queued (unsent) batch with `exc`; return how many."""
+        batches = self.acc.abort_all()
+        for batch in batches:
+            self._fail(batch, exc)
+        return len(batches)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -208,6 +227,8 @@ class Sender:
             elif idem.needs_producer_id and self.in_flight == 0 and acc.has_unsent() \
                     and (self._init is None or self._init.done()):
                 self._init = asyncio.get_running_loop().create_task(self._init_producer_id())
+        if self.before_drain is not None:
+            self.before_drain()
         self._maybe_refresh_metadata()
         ready, next_ms = acc.ready(now, self._muted)
         by_node: dict[int, list[TopicPartition]] = {}
@@ -245,6 +266,8 @@ class Sender:
         `_finish_request`."""
         for b in batches:
             b.attempts += 1
+        if self.on_sent is not None:
+            self.on_sent(batches)
         if self.config.max_in_flight_requests_per_connection == 1:
             self._muted.update(b.tp for b in batches)
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
@@ -273,9 +296,9 @@ class Sender:
         cfg = self.config
         acks0 = cfg.acks == 0
         try:
-            version = conn.version(PRODUCE)
+            version = min(conn.version(PRODUCE), self.produce_version_max)
             body = encode_produce(version, cfg.acks, cfg.request_timeout_ms,
-                                  self._topic_data(self._requests[no]))
+                                  self._topic_data(self._requests[no]), self.transactional_id)
             fut = conn.send_encoded(PRODUCE, version, body, expect_response=not acks0)
         except Exception as e:
             self._finish_request(node, no, None, e)
@@ -467,9 +490,8 @@ class Sender:
                 + (f": {message}" if message else ""))
             verdict = Verdict.FAIL if self.idem is None else self.idem.on_error(b, code)
             if verdict == Verdict.FATAL:
-                fatal = FatalProducerError(
-                    f"{err}; the idempotent producer cannot continue: close it and create "
-                    "a new one", code=code)
+                fatal = fatal_error(code, f"{err}; the producer cannot continue: close it "
+                                    "and create a new one")
                 assert self.idem is not None
                 self.idem.set_fatal(fatal)
                 self._fail(b, self.idem.fatal or fatal)
@@ -533,6 +555,8 @@ class Sender:
                     pass
         if self.idem is not None:
             self.idem.on_fail(batch)
+        if self.on_failed is not None:
+            self.on_failed(batch, exc)
         self._finish(batch)
 
     def _finish(self, batch: ProducerBatch[Completion]) -> None:
