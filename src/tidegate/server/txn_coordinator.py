@@ -7,35 +7,20 @@ transactional id lives on partition `abs(hashCode(id)) % N`, as in Kafka. Reques
 as operations on their partition; state changes only by replaying the records an
 operation appends; answers go out once those records are durable.
 
-Finishing a transaction (seed 000's second phase) is driven by durability, not by the
-request that asked for it: whenever a partition of `__transaction_state` becomes durable
-up to an offset, the shard hands out a *marker job* for each transaction whose
-PrepareCommit/PrepareAbort record now lies below that offset. One mechanism therefore
-serves EndTxn, aborts of timed-out transactions, fencing by a new producer and recovery
-after a restart (loading yields a job for every transaction left in Prepare*), and no
-marker is ever written for a Prepare record a crash could still lose. A job writes the
-COMMIT/ABORT marker into every partition of the transaction (server/markers.py), retries
-until each is written (a deleted partition needs none), then appends
-CompleteCommit/CompleteAbort.
-
-Coordinator epochs: each load of a partition gets a new, larger coordinator epoch,
-persisted in `<log.dirs>/tidegate-txn-coordinator-epochs` before the load. Markers carry
-it, and a partition refuses a marker older than the newest it has seen
-(TRANSACTION_COORDINATOR_FENCED), so a job left over from before a reload cannot write
-after its successor. (The cluster mode will use the partition's leader epoch instead.)
+Finishing a transaction (writing markers, then CompleteCommit/CompleteAbort) is
+`TxnFinisher`'s job (server/txn_finisher.py), driven by the log's durability; coordinator
+epochs are `CoordinatorEpochs` (server/coordinator_epochs.py), bumped before each load.
+Requests that find an id's previous transaction still being finished wait for it
+(`_patiently`) instead of sending the client into backoff. A periodic check
+(server/hanging.py) logs hanging transactions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
-import signal
-import threading
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from tidegate.common.errors import ErrorCode, KafkaError
@@ -43,7 +28,6 @@ from tidegate.common.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from tidegate.coordinator.runtime import (
     PARKED,
     CoordinatorRuntime,
-    PartitionState,
     Result,
     partition_for,
 )
@@ -54,14 +38,13 @@ from tidegate.coordinator.txn.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
     ListedTxn,
-    MarkerJob,
 )
 from tidegate.coordinator.txn.shard import TxnShard
 from tidegate.coordinator.txn.states import TxnState
 from tidegate.server.coordinator import CoordinatorShell
+from tidegate.server.coordinator_epochs import EPOCHS_FILE, CoordinatorEpochs
 from tidegate.server.hanging import HangingCheck, HangingTxn, coordinator_view
-from tidegate.server.markers import Marker, write_markers
-from tidegate.storage.files import atomic_write
+from tidegate.server.txn_finisher import TxnFinisher
 
 if TYPE_CHECKING:
     from tidegate.server.broker import Broker
@@ -72,39 +55,9 @@ R = TypeVar("R")
 TopicPartition = tuple[str, int]
 Op = Callable[[TxnShard, int, int], Result[R]]
 
-EPOCHS_FILE = "tidegate-txn-coordinator-epochs"
 _OPEN_STATES = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                           TxnState.PREPARE_EPOCH_FENCE})
-_MAX_BACKOFF_S = 1.0
 _CONCURRENT_WAIT_S = 2.0
-
-
-class CoordinatorEpochs:
-    """The coordinator epoch of each `__transaction_state` partition, durable in one small
-    JSON file; `bump` raises an epoch and persists it before returning it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        try:
-            data = json.loads(path.read_text())
-            self._epochs = {int(k): int(v) for k, v in dict(data).items()}
-        except FileNotFoundError:
-            self._epochs = {}
-        except (OSError, ValueError) as e:
-            raise KafkaError(f"cannot read {path}: {e}",
-                             code=ErrorCode.kafka_storage_error) from e
-
-    def get(self, partition: int) -> int:
-        with self._lock:
-            return self._epochs.get(partition, 0)
-
-    def bump(self, partitions: list[int]) -> None:
-        with self._lock:
-            for p in partitions:
-                self._epochs[p] = self._epochs.get(p, -1) + 1
-            atomic_write(self.path, json.dumps(
-                {str(k): v for k, v in sorted(self._epochs.items())}).encode())
 
 
 class TransactionCoordinator:
@@ -129,12 +82,12 @@ class TransactionCoordinator:
             "segment.bytes": str(segment),
             "compression.type": "producer",
         })
-        self.shell.on_durable = self._on_durable
-        self._jobs: set[asyncio.Task[None]] = set()
-        self._completions: dict[str, asyncio.Future[None]] = {}
-        self._hanging = HangingCheck(self.config.max_timeout_ms)
         # tests only: after-prepare-durable | between-markers | before-complete
-        self._fault_point = cfg.get("tidegate.test.fault.point") or ""
+        self.finisher = TxnFinisher(broker, self.runtime, self.shell,
+                                    cfg.get("tidegate.test.fault.point") or "")
+        self.shell.on_durable = self.finisher.on_durable
+        self._jobs: set[asyncio.Task[None]] = set()
+        self._hanging = HangingCheck(self.config.max_timeout_ms)
 
     @property
     def available(self) -> bool:
@@ -163,6 +116,7 @@ class TransactionCoordinator:
         for task in jobs:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.finisher.stop()
         await self.shell.stop()
 
     def _new_shard(self, partition: int) -> TxnShard:
@@ -177,86 +131,6 @@ class TransactionCoordinator:
         task = asyncio.ensure_future(coro)
         self._jobs.add(task)
         task.add_done_callback(self._jobs.discard)
-
-    # -- finishing transactions: marker jobs ------------------------------------------------
-
-    def _on_durable(self, partition: int, durable_offset: int) -> None:
-        if self.runtime.state(partition) is not PartitionState.ACTIVE:
-            return
-        try:
-            shard = self.runtime.shard(partition)
-        except KafkaError:
-            return
-        for job in shard.pending_markers(durable_offset):
-            self._spawn(self._finish(partition, job))
-
-    def _current(self, partition: int, job: MarkerJob) -> bool:
-        """The partition is still loaded with the epoch the job was handed out under."""
-        if self.runtime.state(partition) is not PartitionState.ACTIVE:
-            return False
-        try:
-            return self.runtime.shard(partition).coordinator_epoch == job.coordinator_epoch
-        except KafkaError:
-            return False
-
-    async def _finish(self, partition: int, job: MarkerJob) -> None:
-        """Write the job's markers, then complete the transaction; retried until done or
-        until the partition is reloaded (the new shard hands the job out again)."""
-        self._fault("after-prepare-durable")
-        marker = Marker(job.producer_id, job.producer_epoch, job.coordinator_epoch, job.commit)
-        todo = set(job.partitions)
-        delay, warned = 0.02, False
-        while todo:
-            if not self._current(partition, job):
-                return
-            batch = sorted(todo)
-            if self._fault_point == "between-markers" and len(batch) > 1:
-                batch = batch[:1]  # one marker, then the fault below
-            results = await write_markers(self.broker, marker, batch)
-            for tp, code in results.items():
-                if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
-                    todo.discard(tp)  # written, or the partition is gone: nothing to end
-                elif code == ErrorCode.transaction_coordinator_fenced:
-                    log.warning("transaction %r: a newer coordinator owns it; stopping",
-                                job.transactional_id)
-                    return
-                elif code == ErrorCode.invalid_producer_epoch:
-                    # the partition has seen a newer epoch of this producer, whose own
-                    # markers end whatever this one would have
-                    log.warning("transaction %r: %s-%d has a newer producer epoch than %d; "
-                                "no marker needed", job.transactional_id, tp[0], tp[1],
-                                job.producer_epoch)
-                    todo.discard(tp)
-            if todo and len(batch) < len(job.partitions):
-                self._fault("between-markers")
-            if any(tp in todo for tp in batch):  # some of this round failed: back off
-                if not warned:
-                    warned = True
-                    log.warning("transaction %r: markers not yet written to %s; retrying",
-                                job.transactional_id, sorted(todo))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_BACKOFF_S)
-        self._fault("before-complete")
-        delay = 0.02
-        while self._current(partition, job):
-            try:
-                await self.shell.run(partition, lambda s, now, _t: ops.complete(
-                    s, job.transactional_id, job.producer_id, job.producer_epoch, job.commit,
-                    now, job.prepare_offset))
-                self._completed(job.transactional_id)
-                return
-            except KafkaError as e:
-                log.warning("transaction %r: cannot complete yet (%s); retrying",
-                            job.transactional_id, e)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_BACKOFF_S)
-
-    def _fault(self, point: str) -> None:
-        """Test-only fault injection (`tidegate.test.fault.point`, unset in production):
-        die like kill -9 at a named point of finishing a transaction."""
-        if self._fault_point == point:
-            log.critical("test fault point %s reached: killing this broker", point)
-            os.kill(os.getpid(), signal.SIGKILL)
 
     # -- hanging transactions (server/hanging.py) -----------------------------------------
 
@@ -309,24 +183,10 @@ class TransactionCoordinator:
             left = deadline - loop.time()
             if not concurrent(result) or left <= 0:
                 return result
-            if self._in_prepare(transactional_id):
-                done = self._completions.setdefault(transactional_id, loop.create_future())
-                await asyncio.wait({done}, timeout=left)
+            if self.finisher.in_prepare(transactional_id):
+                await asyncio.wait({self.finisher.completion(transactional_id)}, timeout=left)
             else:
                 await asyncio.sleep(0.001)  # completing right now: a moment, then again
-
-    def _in_prepare(self, transactional_id: str) -> bool:
-        try:
-            meta = self.runtime.shard(self.partition_for(transactional_id)).txns.get(
-                transactional_id)
-        except KafkaError:
-            return False
-        return meta is not None and meta.state.is_prepare
-
-    def _completed(self, transactional_id: str) -> None:
-        fut = self._completions.pop(transactional_id, None)
-        if fut is not None and not fut.done():
-            fut.set_result(None)
 
     async def _run(self, transactional_id: str, op: Op[R]) -> R:
         if not self.shell.started:

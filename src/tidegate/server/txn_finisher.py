@@ -1,0 +1,165 @@
+"""Finishing transactions: the second phase of the transaction coordinator.
+
+Driven by durability, not by the request that asked for it: whenever a partition of
+`__transaction_state` becomes durable up to an offset (`CoordinatorShell.on_durable`),
+its shard hands out a *marker job* for each transaction whose PrepareCommit/PrepareAbort
+record now lies below that offset. One mechanism therefore serves EndTxn, aborts of
+timed-out transactions, fencing by a new producer and recovery after a restart (loading
+yields a job for every transaction left in Prepare*), and no marker is ever written for a
+Prepare record a crash could still lose.
+
+A job writes the COMMIT/ABORT marker into every partition of the transaction
+(server/markers.py), retrying with backoff until each is written (a deleted partition
+needs none; a newer coordinator epoch stops the job), then appends
+CompleteCommit/CompleteAbort, retried until written. A job stops when its partition is
+reloaded: the new shard hands it out again. `completion(id)` lets a request that found
+the id still finishing wait for it.
+
+`tidegate.test.fault.point` (tests only) kills the broker at a named point of this
+phase: after-prepare-durable, between-markers, before-complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING
+
+from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.coordinator.runtime import CoordinatorRuntime, PartitionState
+from tidegate.coordinator.txn import ops
+from tidegate.coordinator.txn.messages import MarkerJob
+from tidegate.coordinator.txn.shard import TxnShard
+from tidegate.server.coordinator import CoordinatorShell
+from tidegate.server.markers import Marker, write_markers
+
+if TYPE_CHECKING:
+    from tidegate.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+_MAX_BACKOFF_S = 1.0
+
+
+class TxnFinisher:
+    def __init__(self, broker: Broker, runtime: CoordinatorRuntime[TxnShard],
+                 shell: CoordinatorShell[TxnShard], fault_point: str = "") -> None:
+        self.broker = broker
+        self.runtime = runtime
+        self.shell = shell
+        self._fault_point = fault_point
+        self._jobs: set[asyncio.Task[None]] = set()
+        self._completions: dict[str, asyncio.Future[None]] = {}
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+
+    async def stop(self) -> None:
+        jobs = list(self._jobs)
+        for task in jobs:
+            task.cancel()
+        for task in jobs:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def completion(self, transactional_id: str) -> asyncio.Future[None]:
+        """Resolved when the id's transaction now being finished is complete."""
+        return self._completions.setdefault(
+            transactional_id, asyncio.get_running_loop().create_future())
+
+    def on_durable(self, partition: int, durable_offset: int) -> None:
+        if self.runtime.state(partition) is not PartitionState.ACTIVE:
+            return
+        try:
+            shard = self.runtime.shard(partition)
+        except KafkaError:
+            return
+        for job in shard.pending_markers(durable_offset):
+            self._spawn(self._finish(partition, job))
+
+    def _current(self, partition: int, job: MarkerJob) -> bool:
+        """The partition is still loaded with the epoch the job was handed out under."""
+        if self.runtime.state(partition) is not PartitionState.ACTIVE:
+            return False
+        try:
+            return self.runtime.shard(partition).coordinator_epoch == job.coordinator_epoch
+        except KafkaError:
+            return False
+
+    async def _finish(self, partition: int, job: MarkerJob) -> None:
+        """Write the job's markers, then complete the transaction; retried until done or
+        until the partition is reloaded (the new shard hands the job out again)."""
+        self._fault("after-prepare-durable")
+        marker = Marker(job.producer_id, job.producer_epoch, job.coordinator_epoch, job.commit)
+        todo = set(job.partitions)
+        delay, warned = 0.02, False
+        while todo:
+            if not self._current(partition, job):
+                return
+            batch = sorted(todo)
+            if self._fault_point == "between-markers" and len(batch) > 1:
+                batch = batch[:1]  # one marker, then the fault below
+            results = await write_markers(self.broker, marker, batch)
+            for tp, code in results.items():
+                if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+                    todo.discard(tp)  # written, or the partition is gone: nothing to end
+                elif code == ErrorCode.transaction_coordinator_fenced:
+                    log.warning("transaction %r: a newer coordinator owns it; stopping",
+                                job.transactional_id)
+                    return
+                elif code == ErrorCode.invalid_producer_epoch:
+                    # the partition has seen a newer epoch of this producer, whose own
+                    # markers end whatever this one would have
+                    log.warning("transaction %r: %s-%d has a newer producer epoch than %d; "
+                                "no marker needed", job.transactional_id, tp[0], tp[1],
+                                job.producer_epoch)
+                    todo.discard(tp)
+            if todo and len(batch) < len(job.partitions):
+                self._fault("between-markers")
+            if any(tp in todo for tp in batch):  # some of this round failed: back off
+                if not warned:
+                    warned = True
+                    log.warning("transaction %r: markers not yet written to %s; retrying",
+                                job.transactional_id, sorted(todo))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _MAX_BACKOFF_S)
+        self._fault("before-complete")
+        delay = 0.02
+        while self._current(partition, job):
+            try:
+                await self.shell.run(partition, lambda s, now, _t: ops.complete(
+                    s, job.transactional_id, job.producer_id, job.producer_epoch, job.commit,
+                    now, job.prepare_offset))
+                self.completed(job.transactional_id)
+                return
+            except KafkaError as e:
+                log.warning("transaction %r: cannot complete yet (%s); retrying",
+                            job.transactional_id, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _MAX_BACKOFF_S)
+
+    def _fault(self, point: str) -> None:
+        """Test-only fault injection (`tidegate.test.fault.point`, unset in production):
+        die like kill -9 at a named point of finishing a transaction."""
+        if self._fault_point == point:
+            log.critical("test fault point %s reached: killing this broker", point)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def in_prepare(self, transactional_id: str) -> bool:
+        try:
+            meta = self.runtime.shard(self.runtime.partition_for(transactional_id)).txns.get(
+                transactional_id)
+        except KafkaError:
+            return False
+        return meta is not None and meta.state.is_prepare
+
+    def completed(self, transactional_id: str) -> None:
+        fut = self._completions.pop(transactional_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
