@@ -95,8 +95,9 @@ CLIENT_DOCS: dict[str, str] = {
     "fetch.max.bytes": "Largest fetch response (at least one batch is always returned).",
     "max.partition.fetch.bytes": "Largest amount of data per partition in a fetch.",
     "max.poll.records": "Most records one poll() returns.",
-    "isolation.level": "read_uncommitted or read_committed (meaningful once transactions "
-                       "exist).",
+    "isolation.level": "read_committed returns only committed transactional data (up to "
+                       "the last stable offset, aborted records dropped); read_uncommitted "
+                       "(Kafka's default) returns everything below the high watermark.",
     "check.crcs": "Verify each fetched batch's CRC-32C.",
     "enable.auto.commit": "Commit positions every auto.commit.interval.ms (needs a "
                           "group.id; forced off without one).",

@@ -24,6 +24,8 @@ EXAMPLES = {
     "async_produce_consume.py": ["last record: partition", "{'event': 'done'}"],
     "admin.py": ["create it again: TOPIC_ALREADY_EXISTS", "new start 3",
                  "delete it again: UNKNOWN_TOPIC_OR_PARTITION"],
+    "transactions.py": ["committed 3 records, aborted 1", "read_committed sees:"],
+    "exactly_once.py": ["every order exactly once: True"],
 }
 
 

@@ -18,9 +18,8 @@ another partition of that broker is still being read from the buffer, for at mos
 ``fetch.max.wait.ms``: otherwise a backlogged partition next to idle ones would be
 fetched once per ``fetch.max.wait.ms`` (see `Fetcher._draining_nodes`).
 
-``isolation.level`` is passed to the broker; control batches are always dropped.
-Filtering records of aborted transactions (read_committed) arrives with the
-transactions work.
+``isolation.level`` is passed to the broker; control batches are always dropped, and
+with read_committed so are the batches of aborted transactions (`aborted`).
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tidegate.client.config import ConsumerConfig
+from tidegate.client.consumer.aborted import aborted_from_response
 from tidegate.client.consumer.state import (
     EARLIEST,
     LATEST,
@@ -331,7 +331,9 @@ class Fetcher:
                     st.log_start_offset = int(getattr(p, "log_start_offset", -1))
                     try:
                         records = parse_partition_records(
-                            tp, fetch_offset, p.records, self.config.check_crcs
+                            tp, fetch_offset, p.records, self.config.check_crcs,
+                            aborted_from_response(getattr(p, "aborted_transactions", None))
+                            if self.config.isolation else None,
                         )
                     except (CorruptRecordError, InvalidRecordError) as e:
                         # As Kafka's consumer: raise from poll until the app seeks past.

@@ -31,7 +31,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from tidegate.assignors import lookup, rebalance_protocol
@@ -49,22 +48,12 @@ from tidegate.client.consumer.subscription import SubscriptionState
 from tidegate.client.metadata import MetadataClient
 from tidegate.client.net import NetworkClient
 from tidegate.client.tasks import cancel_and_wait
-from tidegate.client.types import TopicPartition
+from tidegate.client.types import ConsumerGroupMetadata, TopicPartition
 from tidegate.common.errors import KafkaError
 
 __all__ = ["CommitCallback", "ConsumerCoordinator", "ConsumerGroupMetadata"]
 
 log = logging.getLogger("tidegate.client.consumer.group")
-
-
-@dataclass(frozen=True)
-class ConsumerGroupMetadata:
-    """What a transactional producer needs to commit offsets for this consumer."""
-
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None
 
 
 class ConsumerCoordinator:
@@ -432,6 +421,9 @@ class ConsumerCoordinator:
                           self.group_id, self._callback_error)
 
     def group_metadata(self) -> ConsumerGroupMetadata:
+        """The current generation and member id (KIP-447): a transactional offset
+        commit carrying them is refused (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID) once
+        this member has been rebalanced away, which fences a zombie processor."""
         g = self.membership.generation
         return ConsumerGroupMetadata(self.group_id, g.generation_id, g.member_id,
                                      self.membership.group_instance_id)

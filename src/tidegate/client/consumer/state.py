@@ -7,10 +7,12 @@ reset (with ``auto.offset.reset``, or an explicit seek to the beginning/end).
 `PartitionRecords` holds the decoded batches of one fetched partition and hands
 records out in order. Invariants:
 - records before the fetch offset (a batch fetched from its start) and control
-  batches are never handed out;
+  batches are never handed out, nor (read_committed) batches of aborted transactions
+  (`aborted.AbortedFilter`);
 - after the last record is handed out, the position becomes the offset after the last
-  complete batch of the fetch (which skips trailing control batches and compaction
-  gaps), so a fetch always makes progress;
+  complete batch of the fetch (which skips trailing control batches, dropped aborted
+  batches and compaction gaps), so a fetch always makes progress and the position
+  reaches the end (the LSO with read_committed) — lag zero;
 - data is used only if the partition's position still equals the fetch offset when it
   is read (a seek in between discards it).
 """
@@ -21,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import starmap
 
+from tidegate.client.consumer.aborted import AbortedFilter, AbortedTransaction
 from tidegate.client.types import ConsumerRecord, TopicPartition
 from tidegate.common.errors import CorruptRecordError
 from tidegate.records.batch import HEADER_SIZE, peek_size
@@ -175,12 +178,21 @@ class PartitionRecords:
 
 
 def parse_partition_records(
-    tp: TopicPartition, fetch_offset: int, data: bytes | None, check_crcs: bool = True
+    tp: TopicPartition,
+    fetch_offset: int,
+    data: bytes | None,
+    check_crcs: bool = True,
+    aborted: Iterable[AbortedTransaction] | None = None,
 ) -> PartitionRecords:
     """Decode fetched bytes into `PartitionRecords`, dropping control batches and
     records before `fetch_offset`. A partial batch at the end (the broker cuts at the
     fetch size) is ignored. Raises CorruptRecordError / InvalidRecordError for bad data.
+
+    `aborted` (read_committed: the fetch's aborted transactions, possibly empty) turns
+    on `AbortedFilter`: batches of aborted transactions are dropped too. None
+    (read_uncommitted) keeps them.
     """
+    txn_filter = None if aborted is None else AbortedFilter(aborted)
     batches: list[tuple[int, list[RecordTuple]]] = []
     next_offset = fetch_offset
     pos = 0
@@ -196,10 +208,16 @@ def parse_partition_records(
             break
         header, records = decode_batch_tuples(data, pos, check_crc=check_crcs)
         pos += size
+        keep = not header.is_control
+        if txn_filter is not None:  # sees every batch, also those before fetch_offset
+            keep = txn_filter.accept(
+                last_offset=header.last_offset, producer_id=header.producer_id,
+                is_transactional=header.is_transactional, is_control=header.is_control,
+                records=records)
         if header.next_offset <= fetch_offset:
             continue
         next_offset = header.next_offset
-        if header.is_control or not records:
+        if not keep or not records:
             continue
         if records[0][0] < fetch_offset:
             records = [r for r in records if r[0] >= fetch_offset]
