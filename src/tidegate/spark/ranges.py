@@ -1,0 +1,125 @@
+"""Offset ranges: what one Spark task reads, how ranges are split, and how they are read.
+
+A `RangePartition` is a Spark `InputPartition` holding everything its task needs (the
+topic-partition, ``[start, end)`` and the consumer settings), so a task, a retried task
+or the replay of a micro-batch reads exactly the same records without asking the
+driver. `split_ranges` follows Spark's Kafka connector: one range per topic-partition,
+split proportionally to size when ``minPartitions`` asks for more tasks, and into pieces
+of at most ``maxRecordsPerPartition`` offsets.
+
+`read_range` (on an executor) reads ``[start, end)`` with a Tidegate consumer. Under
+read_committed the range holds offsets that are never returned (COMMIT/ABORT markers,
+aborted records), so a read ends when the consumer's *position* reaches `end`, not
+when a record with offset ``end - 1`` arrives. Invariant: the rows are exactly the
+records with ``start <= offset < end`` that the isolation level makes visible, in offset
+order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+
+from tidegate.client import Consumer, TopicPartition
+
+__all__ = ["DataLossError", "OffsetRange", "RangePartition", "read_range", "split_ranges"]
+
+
+class DataLossError(RuntimeError):
+    """Offsets to read are gone (retention, DeleteRecords) and failOnDataLoss is true."""
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+class RangePartition(InputPartition):
+    """One task's work; picklable, self-contained."""
+
+    def __init__(self, rng: OffsetRange, consumer_config: dict[str, object],
+                 include_headers: bool, fail_on_data_loss: bool, poll_timeout_ms: int) -> None:
+        self.rng = rng
+        self.consumer_config = consumer_config
+        self.include_headers = include_headers
+        self.fail_on_data_loss = fail_on_data_loss
+        self.poll_timeout_ms = poll_timeout_ms
+
+    def __repr__(self) -> str:
+        r = self.rng
+        return f"RangePartition({r.topic}-{r.partition} [{r.start}, {r.end}))"
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
+                 max_per_partition: int | None) -> list[OffsetRange]:
+    """Ranges in (topic, partition, start) order, split per the options; empty dropped."""
+    todo = sorted((r for r in ranges if r.size > 0), key=lambda r: (r.topic, r.partition))
+    total = sum(r.size for r in todo)
+    out: list[OffsetRange] = []
+    for r in todo:
+        parts = 1
+        if min_partitions is not None and min_partitions > len(todo) and total > 0:
+            parts = max(1, round(r.size / total * min_partitions))
+        if max_per_partition is not None:
+            parts = max(parts, -(-r.size // max_per_partition))
+        parts = min(parts, r.size)
+        for i in range(parts):
+            lo = r.start + r.size * i // parts
+            hi = r.start + r.size * (i + 1) // parts
+            out.append(OffsetRange(r.topic, r.partition, lo, hi))
+    return out
+
+
+def _timestamp(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def read_range(part: RangePartition) -> Iterator[tuple[Any, ...]]:
+    """Rows ``(key, value, topic, partition, offset, timestamp, timestampType[, headers])``."""
+    r = part.rng
+    if r.size == 0:
+        return
+    tp = TopicPartition(r.topic, r.partition)
+    with Consumer(part.consumer_config) as consumer:
+        start = r.start
+        earliest = consumer.beginning_offsets([tp])[tp]
+        if start < earliest:
+            if part.fail_on_data_loss:
+                raise DataLossError(
+                    f"{r.topic}-{r.partition}: offsets {start}..{earliest - 1} are gone "
+                    "(retention or deleted records); set failOnDataLoss=false to skip them")
+            start = earliest
+            if start >= r.end:
+                return
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        deadline = time.monotonic() + part.poll_timeout_ms / 1000
+        headers = part.include_headers
+        while consumer.position(tp) < r.end:
+            records = consumer.poll(timeout_ms=min(500, part.poll_timeout_ms))
+            if not records:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{r.topic}-{r.partition}: no progress reading [{start}, {r.end}) "
+                        f"for kafkaConsumer.pollTimeoutMs={part.poll_timeout_ms} (at "
+                        f"{consumer.position(tp)}; an open transaction holds the LSO?)")
+                continue
+            deadline = time.monotonic() + part.poll_timeout_ms / 1000
+            for rec in records:
+                if rec.offset >= r.end:
+                    return
+                row = (rec.key, rec.value, rec.topic, rec.partition, rec.offset,
+                       _timestamp(rec.timestamp), rec.timestamp_type)
+                yield (*row, list(rec.headers)) if headers else row
