@@ -85,6 +85,7 @@ bench: install
 	$(BIN)/python bench/clients.py
 	$(BIN)/python bench/idempotence.py
 	$(BIN)/python bench/transactions.py
+	$(BIN)/python bench/transactions_client.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info

@@ -219,6 +219,31 @@ def test_a_second_producer_fences_the_first(tb: BrokerProcess) -> None:
     assert read_all(tb.bootstrap, "fence", "read_committed") == [b"live"]
 
 
+def test_commit_after_a_fatal_error_raises_it_again(tb: BrokerProcess) -> None:
+    """Misuse: once fenced (FATAL_ERROR), commit_transaction() and abort_transaction()
+    raise the fatal error again; nothing of the zombie's transaction becomes visible."""
+    create(tb.bootstrap, "fatal-commit", partitions=1)
+    p1 = producer(tb, "fatal-commit-id")
+    p2 = producer(tb, "fatal-commit-id")
+    try:
+        p1.init_transactions()
+        p1.begin_transaction()
+        p1.send("fatal-commit", b"zombie")
+        p1.flush()
+        p2.init_transactions()  # fences p1 and aborts its transaction
+        with pytest.raises(ProducerFencedError):
+            p1.commit_transaction()
+        assert p1.transaction_state is TxnState.FATAL_ERROR
+        for call in (p1.commit_transaction, p1.abort_transaction):
+            with pytest.raises(ProducerFencedError):
+                call()
+            assert p1.transaction_state is TxnState.FATAL_ERROR
+    finally:
+        p1.close()
+        p2.close()
+    assert read_all(tb.bootstrap, "fatal-commit", "read_committed") == []
+
+
 def test_async_producer_commit(tb: BrokerProcess) -> None:
     import asyncio
     create(tb.bootstrap, "async-txn", partitions=2)

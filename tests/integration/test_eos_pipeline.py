@@ -190,12 +190,13 @@ class Pipeline:
 
 
 def run_pipeline(tmp_path: Path, n: int, processor_kills: int, broker_kills: int,
-                 budget: float, seed: int) -> None:
+                 budget: float, seed: int, pipeline: type[Pipeline] | None = None) -> None:
+    """`pipeline`: a `Pipeline` subclass whose `spawn()` starts another processor."""
     started = time.monotonic()
     rng = random.Random(seed)
     broker = BrokerProcess(tmp_path / "data", overrides=TXN_OVERRIDES)
     broker.start()
-    pipe = Pipeline(broker, tmp_path, rng=rng)
+    pipe = (pipeline or Pipeline)(broker, tmp_path, rng=rng)
     try:
         create_topics(broker.bootstrap, "in", "out")
         values = produce_input(broker.bootstrap, "in", n)
