@@ -217,12 +217,6 @@ def test_killed_during_the_kafka_commit(tb: BrokerProcess, tmp_path: Path) -> No
     assert orders == {1, 2, *range(ORDERS_PER_RUN + 1, 2 * ORDERS_PER_RUN + 1)}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker bug (coordinator/txn/ops.py _keep_prepared): a second "
-    "InitProducerId(keep_prepared_txn) reports the epoch the first one bumped to as the "
-    "prepared transaction's epoch, not the epoch it was prepared with; the resolver then "
-    "misses the key stored by the local commit and aborts: database and topic disagree. "
-    "Kafka keeps the ongoing transaction's id/epoch apart from the client-facing ones."))
 def test_recovery_itself_killed_then_recovered(tb: BrokerProcess, tmp_path: Path) -> None:
     """Killed after the local commit; the restart is killed inside the resolver; the
     third start resolves it (COMMIT) and goes on."""

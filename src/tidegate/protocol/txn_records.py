@@ -13,9 +13,12 @@ Key and value start with an int16 version (Kafka's `MessageUtil.toVersionPrefixe
   (default -1), 1 NextProducerId int64 (default -1), 2 ClientTransactionVersion int16
   (default 0). Tagged fields are written only when not at their default, in tag order.
 
-Beyond Kafka, v1 values carry one Tidegate tag, `LAST_PRODUCER_EPOCH_TAG` (int16): the
-epoch a KIP-360 InitProducerId retry may present. Kafka keeps that epoch in memory
-only (and loses it on failover); a record is the only place replay can learn it from.
+Beyond Kafka, v1 values carry two Tidegate tags: `LAST_PRODUCER_EPOCH_TAG` (int16), the
+epoch a KIP-360 InitProducerId retry may present — Kafka keeps that epoch in memory only
+(and loses it on failover); a record is the only place replay can learn it from — and
+`PREPARED_PRODUCER_EPOCH_TAG` (int16), the epoch a KIP-939 transaction was prepared with
+once a later process has taken it over (`keep_prepared_txn` bumps the producer's epoch;
+a second takeover must still report the original one, as Kafka keeps two id/epoch pairs).
 Kafka's readers skip unknown tags, so Kafka and its tools still read our values, and
 we read Kafka's (the field is then absent: None).
 
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "LAST_PRODUCER_EPOCH_TAG",
+    "PREPARED_PRODUCER_EPOCH_TAG",
     "TXN_LOG_KEY_VERSION",
     "TxnLogValue",
     "TxnRecordError",
@@ -44,6 +48,7 @@ __all__ = [
 
 TXN_LOG_KEY_VERSION = 0
 LAST_PRODUCER_EPOCH_TAG = 10000
+PREPARED_PRODUCER_EPOCH_TAG = 10001
 _STATUS_MAX = 7
 
 _H = struct.Struct(">h")
@@ -79,6 +84,7 @@ class TxnLogValue:
     next_producer_id: int = -1  # v1 tag 1
     client_txn_version: int = 0  # v1 tag 2
     last_producer_epoch: int | None = None  # v1 Tidegate tag; None when absent
+    prepared_producer_epoch: int | None = None  # v1 Tidegate tag; None when absent
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -136,6 +142,8 @@ def encode_txn_value(v: TxnLogValue, version: int = 1) -> bytes:
             tags.append((2, _H.pack(v.client_txn_version)))
         if v.last_producer_epoch is not None:
             tags.append((LAST_PRODUCER_EPOCH_TAG, _H.pack(v.last_producer_epoch)))
+        if v.prepared_producer_epoch is not None:
+            tags.append((PREPARED_PRODUCER_EPOCH_TAG, _H.pack(v.prepared_producer_epoch)))
         parts.append(_uvarint(len(tags)))
         for tag, data in tags:
             parts += [_uvarint(tag), _uvarint(len(data)), data]
@@ -233,6 +241,7 @@ def decode_txn_value(value: bytes) -> TxnLogValue:
     prev_pid = next_pid = -1
     client_version = 0
     last_epoch: int | None = None
+    prepared_epoch: int | None = None
     if c:
         for _ in range(r.uvarint()):
             tag, size = r.uvarint(), r.uvarint()
@@ -246,11 +255,13 @@ def decode_txn_value(value: bytes) -> TxnLogValue:
                     client_version = _H.unpack(data)[0]
                 elif tag == LAST_PRODUCER_EPOCH_TAG:
                     last_epoch = _H.unpack(data)[0]
+                elif tag == PREPARED_PRODUCER_EPOCH_TAG:
+                    prepared_epoch = _H.unpack(data)[0]
             except struct.error:
                 raise TxnRecordError(f"tagged field {tag} has {size} bytes") from None
     r.end()
     return TxnLogValue(producer_id, epoch, timeout, status, partitions, last_update, start,
-                       prev_pid, next_pid, client_version, last_epoch)
+                       prev_pid, next_pid, client_version, last_epoch, prepared_epoch)
 
 
 def _skip_tags(r: _Reader) -> None:

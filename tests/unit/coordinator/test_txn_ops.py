@@ -237,6 +237,26 @@ def test_keep_prepared_txn(tmp_path: Path) -> None:
     assert d.meta().state is TxnState.COMPLETE_COMMIT
 
 
+def test_a_takeover_of_a_takeover_reports_the_prepared_epoch(tmp_path: Path) -> None:
+    """A recovering process that dies before completing: the next one must still learn
+    the epoch the transaction was prepared with (not the first recovery's), also after
+    the coordinator reloads; a new transaction forgets it."""
+    d = TxnDriver(tmp_path, TxnConfig(two_phase_commit_enable=True))
+    pid, epoch = d.begin(enable_2pc=True)
+    first = d.init(enable_2pc=True, keep_prepared_txn=True)
+    assert (first.ongoing_txn_producer_id, first.ongoing_txn_producer_epoch) == (pid, epoch)
+    d.restart()
+    second = d.init(enable_2pc=True, keep_prepared_txn=True)
+    assert (second.ongoing_txn_producer_id, second.ongoing_txn_producer_epoch) == (pid, epoch)
+    assert second.producer_epoch == epoch + 2
+    assert d.end(pid, epoch + 2, commit=True).error is E.none
+    for j in d.markers():
+        d.complete(j)
+    assert d.add(pid, epoch + 2, ("t", 1)).error is E.none  # the next transaction
+    third = d.init(enable_2pc=True, keep_prepared_txn=True)
+    assert third.ongoing_txn_producer_epoch == epoch + 2
+
+
 def test_2pc_without_keep_aborts_the_prepared_txn(tmp_path: Path) -> None:
     d = TxnDriver(tmp_path, TxnConfig(two_phase_commit_enable=True))
     d.begin(enable_2pc=True)

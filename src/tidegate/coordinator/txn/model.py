@@ -58,6 +58,9 @@ class TxnMetadata:
     last_producer_epoch: int = NO_PRODUCER_EPOCH  # what a KIP-360 retry may present
     client_txn_version: int = 0
     prepare_offset: int = -1
+    # KIP-939: the epoch the ongoing transaction was prepared with, once keep_prepared_txn
+    # has bumped the producer's epoch (NO_PRODUCER_EPOCH otherwise)
+    prepared_epoch: int = NO_PRODUCER_EPOCH
 
     @property
     def supports_epoch_bump(self) -> bool:
@@ -87,6 +90,8 @@ class TxnMetadata:
             next_producer_id=self.next_producer_id,
             client_txn_version=self.client_txn_version,
             last_producer_epoch=self.last_producer_epoch,
+            prepared_producer_epoch=(None if self.prepared_epoch == NO_PRODUCER_EPOCH
+                                     else self.prepared_epoch),
         )
 
     def to_record(self, value_version: int) -> Record:
@@ -127,6 +132,8 @@ def from_log_value(txn_id: str, v: TxnLogValue, prev: TxnMetadata | None,
         last_producer_epoch=last,
         client_txn_version=v.client_txn_version,
         prepare_offset=offset if state.is_prepare else -1,
+        prepared_epoch=(NO_PRODUCER_EPOCH if v.prepared_producer_epoch is None
+                        else v.prepared_producer_epoch),
     )
 
 

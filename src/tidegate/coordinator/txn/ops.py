@@ -138,6 +138,7 @@ def init_producer_id(shard: TxnShard, req: InitProducerIdRequest, now: int,
         last_update_ms=now,
         client_txn_version=0,
         prepare_offset=-1,
+        prepared_epoch=NO_PRODUCER_EPOCH,
     )
     return Result(InitProducerIdResponse(_E.none, pid, epoch),
                   [new.to_record(cfg.log_value_version)])
@@ -152,6 +153,9 @@ def _keep_prepared(shard: TxnShard, meta: TxnMetadata,
     commit or abort it with EndTxn."""
     if meta.producer_epoch >= SHORT_MAX - 1:
         return _err(_E.invalid_producer_epoch)
+    # a takeover of a takeover still reports the epoch the transaction was prepared with
+    prepared = (meta.prepared_epoch if meta.prepared_epoch != NO_PRODUCER_EPOCH
+                else meta.producer_epoch)
     new = dataclasses.replace(
         meta,
         state=transition_to(meta.state, TxnState.ONGOING),
@@ -159,10 +163,11 @@ def _keep_prepared(shard: TxnShard, meta: TxnMetadata,
         last_producer_epoch=NO_PRODUCER_EPOCH,
         timeout_ms=INT32_MAX,
         last_update_ms=now,
+        prepared_epoch=prepared,
     )
     return Result(
         InitProducerIdResponse(_E.none, new.producer_id, new.producer_epoch,
-                               meta.producer_id, meta.producer_epoch),
+                               meta.producer_id, prepared),
         [new.to_record(shard.config.log_value_version)],
     )
 
@@ -205,6 +210,8 @@ def add_partitions(shard: TxnShard, transactional_id: str, producer_id: int,
         next_producer_id=NO_PRODUCER_ID,
         client_txn_version=0,
         prepare_offset=-1,
+        prepared_epoch=(meta.prepared_epoch if meta.state is TxnState.ONGOING
+                        else NO_PRODUCER_EPOCH),
     )
     return Result(AddPartitionsResponse({tp: _E.none for tp in tps}),
                   [new.to_record(shard.config.log_value_version)])
