@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run install deps-system deps-node fuzz-c lint typecheck layers unit test soak bench clean
+.PHONY: run install deps-system deps-node fuzz-c lint typecheck layers unit test soak bench demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,7 +58,7 @@ unit: install
 
 test: install deps-system deps-node lint typecheck layers
 	@$(BIN)/python -c "from tidegate.records import record; print('record speedups (C extension):', 'on' if record.SPEEDUPS else 'OFF, pure Python')"
-	$(BIN)/pytest -q -ra --timeout=600 -m "not slow" tests
+	$(BIN)/pytest -q -ra --timeout=600 --durations=15 -m "not slow" tests
 	# the pure-Python record code is the reference the C extension must match: test it too
 	TIDEGATE_PURE_PYTHON=1 $(BIN)/pytest -q --timeout=600 -m "not slow" tests/unit/records
 
@@ -86,6 +86,21 @@ bench: install
 	$(BIN)/python bench/idempotence.py
 	$(BIN)/python bench/transactions.py
 	$(BIN)/python bench/transactions_client.py
+	$(BIN)/python bench/spark.py
+
+# examples/spark_pipeline.py (Spark local[*]) against a broker of its own on DEMO_PORT,
+# data in a scratch directory; the broker stops when the example ends.
+DEMO_PORT ?= 19092
+DEMO_DIR  ?= /tmp/tidegate-demo
+demo: install
+	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	@$(BIN)/tidegate serve --override listeners=PLAINTEXT://127.0.0.1:$(DEMO_PORT) \
+	    --override log.dirs=$(DEMO_DIR)/data --override transaction.two.phase.commit.enable=true \
+	    >$(DEMO_DIR)/broker.log 2>&1 & pid=$$!; trap "kill $$pid" EXIT; \
+	  for i in $$(seq 100); do grep -q "listening on" $(DEMO_DIR)/broker.log && break; \
+	    kill -0 $$pid 2>/dev/null || { cat $(DEMO_DIR)/broker.log; exit 1; }; sleep 0.1; done; \
+	  echo "broker on 127.0.0.1:$(DEMO_PORT) (log: $(DEMO_DIR)/broker.log)"; \
+	  $(BIN)/python examples/spark_pipeline.py 127.0.0.1:$(DEMO_PORT)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info
