@@ -73,13 +73,13 @@ class IndexFile:
         if not self._pending:
             return
         data = bytes(self._pending)
-        self._pending.clear()
         pos = self._written * self.entry_size
         view = memoryview(data)
-        while view:
+        while view:  # a failure (disk full) keeps the entries queued for the next write
             n = os.pwrite(self._fd, view, pos)
             view = view[n:]
             pos += n
+        self._pending.clear()
         self._written += len(data) // self.entry_size
         self._dirty = True
 

@@ -113,6 +113,7 @@ class LogSegment:
         self.first_batch_timestamp: int | None = None
         self._bytes_since_index = 0
         self._dirty = False
+        self._index_write_failed = False
         self.closed = False
 
     def __repr__(self) -> str:
@@ -277,8 +278,20 @@ class LogSegment:
         for header, rel in zip(headers, positions):
             self._index_batch(header, start + rel)
         self.next_offset = headers[-1].next_offset
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+        try:
+            self.offset_index.write_pending()
+            self.time_index.write_pending()
+        except OSError as e:
+            # The batches are in the log and must be reported written: failing the append
+            # now would leave them there unknown to the producer state, and a retry would
+            # be written twice. Index entries stay queued (and in memory, where lookups
+            # read them) for the next append; recovery rebuilds indexes anyway.
+            if not self._index_write_failed:
+                log.warning("%s: index entries not written yet (%s); will retry",
+                            self.log_path, e)
+            self._index_write_failed = True
+        else:
+            self._index_write_failed = False
 
     def should_roll(self, incoming: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
         """Kafka's roll rule: size, age (by first batch timestamp, else creation time,

@@ -231,3 +231,35 @@ def test_broker_expires_producers_in_every_log(tmp_path: Path) -> None:
     assert broker.producer_ids.next_id() == 0
     assert (tmp_path / "tidegate-producer-ids").exists()
     broker.close()
+
+
+def test_index_write_failure_does_not_fail_an_append_already_in_the_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Disk full between the log write and the index write: the batch is in the log, so
+    the append succeeds (the producer state learns it) and the producer's retry is a
+    duplicate, not a second copy; the index entries are written with the next append."""
+    from tidegate.storage.index_file import IndexFile
+
+    lg = open_log(tmp_path, LogConfig(segment_bytes=1 << 20, index_interval_bytes=1))
+    lg.append(pbatch(7, 0))
+    real = IndexFile.write_pending
+    failures = [OSError(28, "No space left on device")]
+
+    def full_once(self: IndexFile) -> None:
+        if failures and self._pending:
+            raise failures.pop()
+        real(self)
+
+    monkeypatch.setattr(IndexFile, "write_pending", full_once)
+    first = lg.append(pbatch(7, 2))
+    assert not failures, "the index write was not attempted"
+    assert not first.duplicate and first.first_offset == 2
+    retry = lg.append(pbatch(7, 2))
+    assert retry.duplicate and retry.first_offset == 2
+    lg.append(pbatch(7, 4))
+    assert values(lg) == [b"v%06d" % i + b"x" * 40 for i in range(6)]
+    lg.close()
+    reopened = open_log(tmp_path, LogConfig(segment_bytes=1 << 20, index_interval_bytes=1))
+    assert values(reopened) == [b"v%06d" % i + b"x" * 40 for i in range(6)]
+    seg = reopened.segments[0]
+    assert len(seg.offset_index) == 2  # batches 2 and 3 (the first needs none): none lost
