@@ -32,11 +32,15 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
-from tidegate.records.batch import parse_header
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields, resolve_topic
-from tidegate.storage.log import Log
+from tidegate.server.handlers.txn_produce import (
+    Slot,
+    reserve_slots,
+    transactional_producer,
+    verify_transactional,
+)
 from tidegate.storage.record_checks import RecordValidationError
 
 log = logging.getLogger(__name__)
@@ -61,50 +65,8 @@ def _partition_result(
     }
 
 
-def _transactional_producer(records: Any) -> tuple[int, int] | None:
-    """(producer id, epoch) of a transactional batch; None otherwise (or unreadable:
-    the log's validation answers that)."""
-    try:
-        header = parse_header(records, 0)
-    except Exception:
-        return None
-    if not header.is_transactional or header.is_control:
-        return None
-    return header.producer_id, header.producer_epoch
-
-
-async def _verify_transactional(
-    broker: Broker, req: Any, topic: str, partition: int, lg: Log, txn: tuple[int, int],
-    *, implicit_add: bool,
-) -> tuple[ErrorCode, object | None]:
-    """KIP-890 verification, for every client version: a transactional batch that would
-    start a transaction in this partition is written only if the coordinator has the
-    partition in the producer's ongoing transaction. A late or zombie batch therefore
-    cannot open a transaction nobody will end (a hanging transaction).
-
-    The guard taken before asking is cleared by any marker for the producer written
-    meanwhile, so a transaction that ends while we ask is not reopened.
-
-    Produce v12+ is transaction version 2 (KIP-890): the producer sends no
-    AddPartitionsToTxn; the broker adds the partition to the transaction itself."""
-    producer_id, epoch = txn
-    transactional_id = view(req, "transactional_id")
-    if not transactional_id:
-        # Kafka: a transactional batch needs a transactional id it may write for
-        return ErrorCode.transactional_id_authorization_failed, None
-    if producer_id < 0:
-        return ErrorCode.invalid_record, None
-    if not lg.needs_verification(producer_id):
-        return ErrorCode.none, None
-    guard = lg.begin_verification(producer_id, epoch)
-    try:
-        code = await broker.txn_coordinator.verify_partition(
-            str(transactional_id), producer_id, epoch, (topic, partition), add=implicit_add)
-    except KafkaError as e:
-        code = e.code
-    if code == ErrorCode.producer_fenced:
-        code = ErrorCode.invalid_producer_epoch  # Produce never answers PRODUCER_FENCED
-    return code, guard
+def _nothing() -> None:
+    pass
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -112,7 +74,21 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     results: list[tuple[Any, dict[str, Any]]] = []  # (topic key payload, partition result)
     waits: list[asyncio.Future[None] | Any] = []
     wait_slots: list[dict[str, Any]] = []
-    for topic in req.topic_data:
+    # before any await: the order in which this request's transactional batches may be
+    # appended relative to the producers' batches already waiting (txn_produce.py)
+    slots = reserve_slots(broker, req)
+    try:
+        return await _handle(broker, ctx, req, acks, results, waits, wait_slots, slots)
+    finally:
+        for slot in slots.values():
+            slot.release()
+
+
+async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
+                  results: list[tuple[Any, dict[str, Any]]],
+                  waits: list[asyncio.Future[None] | Any], wait_slots: list[dict[str, Any]],
+                  slots: dict[tuple[int, int], Slot]) -> Any:
+    for ti, topic in enumerate(req.topic_data):
         name, topic_id = resolve_topic(broker, topic)
         key = {"name": name or view(topic, "name") or "", "topic_id": topic_id}
         for part in topic.partition_data:
@@ -155,13 +131,16 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 )
                 continue
             guard: object | None = None
-            txn = _transactional_producer(records)
+            slot = slots.pop((ti, index), None)
+            release = slot.release if slot is not None else _nothing
+            txn = transactional_producer(records)
             if txn is not None and name:
-                code, guard = await _verify_transactional(
-                    broker, req, name, index, lg, txn, implicit_add=ctx.api_version >= 12)
+                code, guard = await verify_transactional(
+                    broker, req, name, index, lg, txn, slot, implicit_add=ctx.api_version >= 12)
                 if code == ErrorCode.transaction_abortable and ctx.api_version < 12:
                     code = ErrorCode.invalid_txn_state  # clients before KIP-890 know this one
                 if code != ErrorCode.none:
+                    release()
                     log.warning("rejected transactional produce to %s-%d from %s (%s): %s",
                                 name, index, ctx.peer, ctx.client_id, code.name.upper())
                     results.append((key, _partition_result(index, code)))
@@ -195,6 +174,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     (key, _partition_result(index, ErrorCode.kafka_storage_error, str(e)))
                 )
                 continue
+            finally:
+                release()  # the producer's next batch to this partition may go on
             if not info.duplicate:  # a duplicate wrote nothing
                 broker.after_append(name, index, lg)  # type: ignore[arg-type]
                 broker.logs.space.write_succeeded()
@@ -214,11 +195,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         return None
     if waits:
         outcomes = await asyncio.gather(*waits, return_exceptions=True)
-        for slot, outcome in zip(wait_slots, outcomes):
+        for waited, outcome in zip(wait_slots, outcomes):
             if isinstance(outcome, BaseException):
-                slot["error_code"] = ErrorCode.kafka_storage_error
-                slot["error_message"] = f"fsync failed: {outcome}"
-                slot["base_offset"] = -1
+                waited["error_code"] = ErrorCode.kafka_storage_error
+                waited["error_message"] = f"fsync failed: {outcome}"
+                waited["base_offset"] = -1
     by_topic: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     topic_keys: dict[tuple[str, Any], dict[str, Any]] = {}
     for key, result in results:
