@@ -8,7 +8,9 @@ from the same checkpoint; tasks read it and N from the task's local properties):
    with ``transactional.id = {prefix}-{Q}-{N}-{p}-{a}`` and two-phase commit,
    `init_transactions()` (which aborts whatever that id left), writes its rows in one
    transaction and *prepares* it: durable, invisible, never timed out. Its commit
-   message carries the `PreparedTxnState`. A failing task aborts its transaction.
+   message carries the `PreparedTxnState`. A failing task aborts its transaction. After
+   preparing, the task reads the decision record again and aborts if batch N was
+   decided meanwhile (it lost; the driver's sweep may have run before it prepared).
 2. Driver `commit(messages, N)`: writes the decision record — the committed offset N+1
    of consumer group ``tidegate-spark-{Q}`` on partition 0 of the commit topic, with the
    winners' prepared states as metadata (OffsetCommit is durable in
@@ -23,11 +25,22 @@ Invariant: a batch's rows become visible iff its decision record exists, once: b
 the record every prepared transaction can still be aborted, after it every winner is
 committed by whichever driver gets there. `abort(messages, N)` aborts the batch's
 transactions.
+
+Test-only fault injection (inert unless the variables are set; used by
+tests/integration/test_spark_failures.py): ``TIDEGATE_SPARK_TEST_KILL_AT="point:N"``
+with ``TIDEGATE_SPARK_TEST_KILL_PGID`` SIGKILLs that whole process group (the driver:
+its Python process, the JVM and the Python workers) when batch N reaches ``point`` of
+the driver's commit (`KILL_POINTS`) or, for ``task_write``, when a task of batch N has
+sent its rows and not yet prepared. ``TIDEGATE_SPARK_TEST_TASK_FAULT="mode:N"`` makes
+attempt 0 of each task of batch N fail after sending its rows: ``raise`` an exception,
+or ``exit`` its Python worker (leaving its transaction open).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +58,26 @@ __all__ = ["TidegateStreamWriter", "TxnWriteResult"]
 
 QUERY_ID_KEY = "sql.streaming.queryId"
 BATCH_ID_KEY = "streaming.sql.batchId"
+KILL_POINTS = ("before_decision", "after_decision", "after_broker_commit", "task_write")
+
+
+def _test_kill(point: str, batch_id: int) -> None:
+    """Test only: SIGKILL the driver's process group at `point` of batch `batch_id`."""
+    want = os.environ.get("TIDEGATE_SPARK_TEST_KILL_AT")
+    pgid = os.environ.get("TIDEGATE_SPARK_TEST_KILL_PGID")
+    if want == f"{point}:{batch_id}" and pgid:
+        os.killpg(int(pgid), signal.SIGKILL)
+
+
+def _test_task_fault(batch_id: int, part: int, attempt: int) -> None:
+    """Test only: make attempt 0 of a task of batch `batch_id` fail mid-write."""
+    mode, _, batch = os.environ.get("TIDEGATE_SPARK_TEST_TASK_FAULT", "").partition(":")
+    if not mode or attempt != 0 or batch != str(batch_id):
+        return
+    if mode == "raise":
+        raise RuntimeError(f"test fault: task {part} attempt 0 of batch {batch_id}")
+    if mode == "exit":
+        os._exit(17)
 
 
 @dataclass
@@ -118,10 +151,19 @@ class TidegateStreamWriter(DataSourceStreamWriter):
             producer.begin_transaction()
             try:
                 n = send_rows(producer, self.encoder, iterator)
+                _test_kill("task_write", batch_id)
+                _test_task_fault(batch_id, part, attempt)
                 state = producer.prepare_transaction()
             except BaseException:
                 producer.abort_transaction()
                 raise
+            if self._decided(query_id)[0] > batch_id:
+                # A late copy (speculative, or a zombie of a lost attempt): the batch
+                # was decided without it, perhaps after the driver's sweep had already
+                # looked for open transactions. Abort, or it stays prepared forever.
+                producer.abort_transaction()
+                return TxnWriteResult(0, part, attempt, None, query_id, batch_id,
+                                      skipped=True)
         return TxnWriteResult(n, part, attempt, state.to_json(), query_id, batch_id)
 
     # -- driver -------------------------------------------------------------------
@@ -136,7 +178,9 @@ class TidegateStreamWriter(DataSourceStreamWriter):
             winners = json.loads(meta) if decided == batchId + 1 and meta else []
         else:
             winners = [m.prepared for m in results if m.prepared is not None]
+            _test_kill("before_decision", batchId)
             self._record_decision(query_id, batchId, winners)
+            _test_kill("after_decision", batchId)
         keep = set()
         for text in winners:
             state = PreparedTxnState.from_json(text)
@@ -145,6 +189,7 @@ class TidegateStreamWriter(DataSourceStreamWriter):
                 if producer.init_transactions(keep_prepared_txn=True) is not None:
                     producer.complete_transaction(state, commit=True)
         self._abort_open(query_id, batchId, keep)
+        _test_kill("after_broker_commit", batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         results = [m for m in messages if isinstance(m, TxnWriteResult)]

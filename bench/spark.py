@@ -1,0 +1,219 @@
+"""The Spark data source's cost: the exactly-once sink beside a plain at-least-once write,
+and `format("tidegate")` reads beside the Tidegate client's own consumption.
+
+One broker (`BrokerProcess`, default settings plus ``transaction.two.phase.commit.enable``)
+and one SparkSession (``local[2]``, shuffle partitions 2) serve both parts, in one run.
+The input topic (4 partitions, `--rows` records of 100 B values, keyed) is written once by
+confluent-kafka.
+
+1. Streaming pipeline: read the input with ``format("tidegate")`` from earliest,
+   ``Trigger.AvailableNow``, ``maxOffsetsPerTrigger`` = rows / 4 (so four micro-batches),
+   prefix each value, write to a fresh 4-partition topic with ``format("tidegate")``:
+   ``exactlyOnce=true`` (prepared transactions, decision record) or ``exactlyOnce=false``
+   (idempotent producer, at least once). Timed from ``start()`` to the query's end, query
+   startup included; rows/s = rows / time. One untimed run of each sink first (the
+   session's first query pays JVM and Python worker warm-up), then rounds alternate the
+   two sinks. Each
+   exactly-once output is counted (Spark batch read, read_committed: must be `rows`).
+   Aim: exactly-once >= 0.8 x at-least-once (median rounds).
+2. Batch read: ``spark.read.format("tidegate")`` of the whole input (read_committed,
+   default options: one task per partition), every value touched (``sum(length(value))``),
+   timed around the action; beside one Tidegate blocking `Consumer` (read_committed,
+   manual assignment, max.poll.records 10,000, the source's task settings) reading the same
+   records. Reported as rows/s and the ratio; informational (Spark adds per-row Python
+   to Arrow conversion and task scheduling; two tasks run at once on two cores).
+
+    .venv/bin/python bench/spark.py [--rows 200000] [--rounds 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.integration.conftest import BrokerProcess
+
+AIM = 0.8
+PARTITIONS = 4
+TIMEOUT_S = 600.0
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def make_input(bootstrap: str, topic: str, rows: int) -> None:
+    from confluent_kafka import Producer
+
+    from tidegate.client import Admin, NewTopic
+
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, PARTITIONS)])
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    payload = b"x" * 90
+    for i in range(rows):
+        while True:
+            try:
+                p.produce(topic, payload + b"%010d" % i, key=b"k%d" % (i % 1000))
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10_000 == 0:
+            p.poll(0)
+    if p.flush(120) != 0:
+        raise SystemExit("input not fully written")
+
+
+def pipeline(spark, bootstrap: str, src: str, out: str, rows: int,  # type: ignore[no-untyped-def]
+             exactly_once: bool, ckpt: str) -> float:
+    from pyspark.sql import functions as F
+
+    from tidegate.client import Admin, NewTopic
+
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(out, PARTITIONS)])
+    stream = (spark.readStream.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", src).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(max(1, rows // 4))).load())
+    writer = (stream.select("key", F.concat(F.lit(b"out:"), F.col("value")).alias("value"))
+              .writeStream.format("tidegate").trigger(availableNow=True)
+              .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+              .option("exactlyOnce", str(exactly_once).lower())
+              .option("checkpointLocation", ckpt))
+    start = time.perf_counter()
+    q = writer.start()
+    q.awaitTermination(TIMEOUT_S)
+    elapsed = time.perf_counter() - start
+    if q.exception() is not None:
+        raise SystemExit(f"pipeline failed: {q.exception()}")
+    return rows / elapsed
+
+
+def count_output(spark, bootstrap: str, topic: str) -> int:  # type: ignore[no-untyped-def]
+    return int(spark.read.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
+               .option("subscribe", topic).load().count())
+
+
+def spark_read(spark, bootstrap: str, topic: str, rows: int) -> float:  # type: ignore[no-untyped-def]
+    df = (spark.read.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", topic).load())
+    start = time.perf_counter()
+    got = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+    elapsed = time.perf_counter() - start
+    if got.n != rows:
+        raise SystemExit(f"spark read {got.n} rows, expected {rows}")
+    return rows / elapsed
+
+
+def client_read(bootstrap: str, topic: str, rows: int) -> float:
+    from tidegate.client import Consumer, TopicPartition
+
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
+                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                   "max.poll.records": 10_000}) as c:
+        c.partitions_for_topic(topic)
+        c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        got = 0
+        start = time.perf_counter()
+        deadline = start + TIMEOUT_S
+        while got < rows and time.perf_counter() < deadline:
+            got += sum(len(r.value or b"") > 0 for r in c.poll(1000))
+        elapsed = time.perf_counter() - start
+    if got != rows:
+        raise SystemExit(f"client read {got} rows, expected {rows}")
+    return rows / elapsed
+
+
+def run(args: argparse.Namespace) -> None:
+    from pyspark.sql import SparkSession
+
+    import tidegate.spark
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}; rows {args.rows:,}, rounds {args.rounds}")
+    with tempfile.TemporaryDirectory(prefix="tidegate-bench-spark-") as tmp:
+        broker = BrokerProcess(Path(tmp) / "data",
+                               overrides={"transaction.two.phase.commit.enable": "true"})
+        broker.start()
+        spark = (SparkSession.builder.master("local[2]").appName("tidegate-bench")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.driver.bindAddress", "127.0.0.1")
+                 .config("spark.driver.host", "127.0.0.1").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        tidegate.spark.register(spark)
+        try:
+            src = "bench-in"
+            make_input(broker.bootstrap, src, args.rows)
+            rates: dict[str, list[float]] = {"exactly-once": [], "at-least-once": []}
+            counts: list[int] = []
+            for mode in rates:  # untimed: the session's first query warms the JVM and workers
+                pipeline(spark, broker.bootstrap, src, f"bench-warmup-{mode}", args.rows,
+                         mode == "exactly-once", f"{tmp}/ckpt-warmup-{mode}")
+            for rnd in range(args.rounds):
+                order = list(rates) if rnd % 2 == 0 else list(rates)[::-1]
+                for mode in order:
+                    out = f"bench-out-{mode}-{rnd}"
+                    rates[mode].append(pipeline(spark, broker.bootstrap, src, out, args.rows,
+                                                mode == "exactly-once",
+                                                f"{tmp}/ckpt-{mode}-{rnd}"))
+                    if mode == "exactly-once":
+                        counts.append(count_output(spark, broker.bootstrap, out))
+            reads: dict[str, list[float]] = {"format(tidegate)": [], "tidegate Consumer": []}
+            for _ in range(args.rounds):
+                reads["format(tidegate)"].append(spark_read(spark, broker.bootstrap, src,
+                                                            args.rows))
+                reads["tidegate Consumer"].append(client_read(broker.bootstrap, src,
+                                                              args.rows))
+        finally:
+            spark.stop()
+            broker.stop()
+
+    med = statistics.median
+    print("\n1. streaming pipeline (read, transform, write), rows/s")
+    print(f"  {'':30}{'best':>12}{'median':>12}{'x at-least-once':>17}   aim")
+    base = med(rates["at-least-once"])
+    for mode, vals in rates.items():
+        ratio = med(vals) / base
+        aim = "" if mode == "at-least-once" else \
+            f">= {AIM} x at-least-once: {_verdict(ratio >= AIM)}"
+        print(f"  {mode + ', rows/s':30}{max(vals):>12,.0f}{med(vals):>12,.0f}"
+              f"{ratio:>17.2f}   {aim}")
+    for mode, vals in rates.items():
+        print(f"  rounds {mode + ':':23}{', '.join(f'{x:,.0f}' for x in vals)}")
+    print(f"  exactly-once output rows per round (read_committed, want {args.rows:,}): "
+          f"{', '.join(f'{n:,}' for n in counts)}: "
+          f"{_verdict(all(n == args.rows for n in counts))}")
+    print("\n2. batch read of the same data, rows/s")
+    print(f"  {'':30}{'best':>12}{'median':>12}{'x Consumer':>17}")
+    base = med(reads["tidegate Consumer"])
+    for name, vals in reads.items():
+        print(f"  {name + ', rows/s':30}{max(vals):>12,.0f}{med(vals):>12,.0f}"
+              f"{med(vals) / base:>17.2f}")
+    for name, vals in reads.items():
+        print(f"  rounds {name + ':':23}{', '.join(f'{x:,.0f}' for x in vals)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="20,000 rows, 1 round")
+    args = ap.parse_args()
+    if args.quick:
+        args.rows, args.rounds = 20_000, 1
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
