@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run install deps-system deps-node fuzz-c lint typecheck layers unit test soak bench demo clean
+.PHONY: run install deps-system deps-node fuzz-c lint typecheck layers unit test soak bench demo demo-cluster clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,33 @@ demo: install
 	    kill -0 $$pid 2>/dev/null || { cat $(DEMO_DIR)/broker.log; exit 1; }; sleep 0.1; done; \
 	  echo "broker on 127.0.0.1:$(DEMO_PORT) (log: $(DEMO_DIR)/broker.log)"; \
 	  $(BIN)/python examples/spark_pipeline.py 127.0.0.1:$(DEMO_PORT)
+
+# The same example on a Spark standalone cluster: a master and two workers (1 core, 1g
+# each) started from the pip-installed pyspark's bin/spark-class, all on 127.0.0.1; logs
+# and worker directories under DEMO_CLUSTER_DIR. Everything stops when the example ends.
+CLUSTER_PORT     ?= 17077
+DEMO_CLUSTER_DIR ?= /tmp/tidegate-demo-cluster
+demo-cluster: install
+	@rm -rf $(DEMO_CLUSTER_DIR) && mkdir -p $(DEMO_CLUSTER_DIR)/spark
+	@export SPARK_HOME=$$($(BIN)/python -c "import os, pyspark; print(os.path.dirname(pyspark.__file__))") \
+	    SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python; \
+	  ready() { for i in $$(seq 600); do grep -q "$$2" $$1 && return 0; sleep 0.1; done; \
+	    cat $$1; return 1; }; \
+	  $(BIN)/tidegate serve --override listeners=PLAINTEXT://127.0.0.1:$(DEMO_PORT) \
+	    --override log.dirs=$(DEMO_CLUSTER_DIR)/data --override transaction.two.phase.commit.enable=true \
+	    >$(DEMO_CLUSTER_DIR)/broker.log 2>&1 & pids=$$!; trap 'kill $$pids' EXIT; \
+	  $$SPARK_HOME/bin/spark-class org.apache.spark.deploy.master.Master --host 127.0.0.1 \
+	    --port $(CLUSTER_PORT) --webui-port 0 >$(DEMO_CLUSTER_DIR)/spark/master.log 2>&1 & \
+	  pids="$$pids $$!"; ready $(DEMO_CLUSTER_DIR)/spark/master.log "New state: ALIVE" || exit 1; \
+	  for w in 1 2; do mkdir -p $(DEMO_CLUSTER_DIR)/spark/worker-$$w; \
+	    $$SPARK_HOME/bin/spark-class org.apache.spark.deploy.worker.Worker --host 127.0.0.1 \
+	      --cores 1 --memory 1g --webui-port 0 --work-dir $(DEMO_CLUSTER_DIR)/spark/worker-$$w \
+	      spark://127.0.0.1:$(CLUSTER_PORT) >$(DEMO_CLUSTER_DIR)/spark/worker-$$w.log 2>&1 & \
+	    pids="$$pids $$!"; done; \
+	  for w in 1 2; do ready $(DEMO_CLUSTER_DIR)/spark/worker-$$w.log "Successfully registered" || exit 1; done; \
+	  ready $(DEMO_CLUSTER_DIR)/broker.log "listening on" || exit 1; \
+	  echo "broker on 127.0.0.1:$(DEMO_PORT), Spark master spark://127.0.0.1:$(CLUSTER_PORT) (logs: $(DEMO_CLUSTER_DIR))"; \
+	  $(BIN)/python examples/spark_pipeline.py 127.0.0.1:$(DEMO_PORT) --master spark://127.0.0.1:$(CLUSTER_PORT)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info

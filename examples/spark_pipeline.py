@@ -1,16 +1,19 @@
 """Per-account totals from a payments topic with Spark and `format("tidegate")`.
 
     make run                                            # a broker on 127.0.0.1:9092
-    .venv/bin/python examples/spark_pipeline.py [BOOTSTRAP]
+    .venv/bin/python examples/spark_pipeline.py [BOOTSTRAP] [--master URL]
 
 Writes payments in transactions (one of them aborted), reads them back with Spark
 (read_committed: the aborted payments never count), sums the amounts per account with
 a Spark aggregation and writes one total per account to a second topic. The bootstrap
 server comes from the first argument, else KAFKA_BOOTSTRAP_SERVERS, else 127.0.0.1:9092.
+Spark runs in-process (local[*]) unless --master names a cluster, for instance a
+standalone one: --master spark://127.0.0.1:7077 (docs/spark.md, `make demo-cluster`).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -24,8 +27,12 @@ from tidegate.client import Admin, NewTopic, Producer
 
 
 def main() -> None:
-    bootstrap = (sys.argv[1] if len(sys.argv) > 1
-                 else os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser = argparse.ArgumentParser(description="per-account totals with Spark")
+    parser.add_argument("bootstrap", nargs="?",
+                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument("--master", default="local[*]", help="Spark master URL")
+    args = parser.parse_args()
+    bootstrap = args.bootstrap
     run = uuid.uuid4().hex[:8]
     payments, totals = f"payments-{run}", f"account-totals-{run}"
     with Admin({"bootstrap.servers": bootstrap}) as admin:
@@ -49,7 +56,7 @@ def main() -> None:
                 producer.commit_transaction()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master("local[*]").appName("tidegate-payments")
+    spark = (SparkSession.builder.master(args.master).appName("tidegate-payments")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .getOrCreate())
     tidegate.spark.register(spark)
