@@ -14,7 +14,7 @@ rebuilt at open from the newest snapshot plus the batch headers after it
 DeleteRecords move the log start. The roll's snapshot is written without fsync (the
 roll may run on the event loop); the next `flush` fsyncs it before the directory.
 
-Transactions (see TRANSACTIONS-NOTES.md and seed 000): transactional batches open a
+Transactions (docs/transactions.md): transactional batches open a
 transaction per producer (`producer_state`); `append_marker` / `append_control` write the
 COMMIT/ABORT markers that end them. An aborted transaction gets an entry in the
 `.txnindex` of the segment holding its marker, at the marker's append (`txn_index`), and
