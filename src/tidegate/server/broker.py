@@ -1,14 +1,14 @@
-"""The broker: configuration, the partition logs, durability, and the fetch wake-ups.
+"""The broker: the composition root that builds and holds the broker's parts.
 
-Handlers receive the `Broker` and use it as their only way to the storage layer, so
-the rules that tie storage to the protocol live here: when the high watermark moves
-(after fsync when every write is flushed, right after append otherwise), and which
-long-polling fetches to wake when it does.
+Handlers receive the `Broker` and reach the parts they need through it: `metadata`
+(server/metadata_view.py: brokers, topics, partition leaders), `replicas`
+(server/replica_manager.py: the partitions hosted here, their high watermarks and
+fetch wake-ups), the coordinators, producer ids and configs. Rules live in those parts,
+not here; the few methods left here delegate to them for callers not yet moved.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -20,7 +20,10 @@ from tidegate.common.clock import Clock, SystemClock
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import InvalidConfigError
 from tidegate.coordinator.producer_ids import ProducerIdManager
-from tidegate.server.durability import Flushable, GroupCommit
+from tidegate.server.dynamic_config import activate_cluster_defaults
+from tidegate.server.group_config import GroupConfigStore
+from tidegate.server.metadata_view import EmbeddedMetadata, MetadataView
+from tidegate.server.replica_manager import ReplicaManager
 from tidegate.storage.config import LogConfig, topic_defaults_from_broker
 from tidegate.storage.log import Log
 from tidegate.storage.log_manager import LogManager
@@ -35,7 +38,11 @@ class Broker:
         self.config = config
         self.clock = clock or SystemClock()
         self.node_id = config.node_id
-        self.dynamic_configs: dict[str, str] = _load_dynamic(config.log_dir)
+        # KIP-966 cluster defaults (min.insync.replicas), as a Kafka 4.1+ controller writes
+        self.dynamic_configs: dict[str, str] = activate_cluster_defaults(
+            _load_dynamic(config.log_dir), config.props, lambda c: _save_dynamic(config.log_dir, c)
+        )
+        self.group_configs = GroupConfigStore(config.log_dir)  # GROUP config resources
         self.log_defaults: LogConfig = topic_defaults_from_broker(
             {**config.props, **self.dynamic_configs}
         )
@@ -46,9 +53,10 @@ class Broker:
             node_id=self.node_id,
             cluster_id=config.get("cluster.id") or None,
         )
-        self.group_commit = GroupCommit(self._on_flushed)
-        self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
-        self._log_tp: dict[int, TopicPartition] = {}
+        self.metadata: MetadataView = EmbeddedMetadata(config, self.logs)
+        # partitions hosted here, their high watermarks, fetch wake-ups
+        self.replicas = ReplicaManager(self.logs)
+        self.group_commit = self.replicas.group_commit
         self.started_at = self.clock.monotonic()
         self._init_idempotence()
         self._init_group_coordinator()
@@ -65,71 +73,30 @@ class Broker:
 
     def load(self) -> None:
         self.logs.load(progress=lambda msg: log.info("%s", msg))
-        for topic, partition, lg in self.logs.logs():
-            self._log_tp[id(lg)] = (topic, partition)
-            lg.update_high_watermark(lg.log_end_offset)
+        self.replicas.load()
 
     def close(self) -> None:
         self.logs.close()
 
-    # -- durability and the high watermark -------------------------------------------
+    # -- durability and the high watermark: server/replica_manager.py ------------------
+    # (kept here for callers not yet moved to `replicas.leader(...)` / `Partition`)
 
     def syncs_every_write(self, lg: Log) -> bool:
-        return lg.config.flush_messages <= 1
+        return self.replicas.syncs_every_write(lg)
 
     def after_append(self, topic: str, partition: int, lg: Log) -> None:
         """Called after each append: advance HW now, or once the data is fsynced."""
-        self._log_tp[id(lg)] = (topic, partition)
-        if self.syncs_every_write(lg):
-            self.group_commit.mark_dirty(lg)
-        else:
-            self._advance_hw(lg, lg.log_end_offset)
+        part = self.replicas.partition(topic, partition)
+        if part is not None and part.log is lg:
+            self.replicas.after_append(part)
 
     async def wait_durable(self, lg: Log, offset: int) -> None:
         """Return once `lg` is durable up to `offset` and the high watermark covers it."""
-        if self.syncs_every_write(lg):
-            await self.group_commit.wait_durable(lg, offset)
-            # The flush raises the recovery point in its worker thread; the flusher moves
-            # the high watermark on the loop a moment later. A waiter that found the
-            # recovery point already past it must not be answered before that move.
-            self._advance_hw(lg, lg.recovery_point)
-
-    def _on_flushed(self, target: Flushable, recovery_point: int) -> None:
-        if isinstance(target, Log) and self.syncs_every_write(target):
-            self._advance_hw(target, recovery_point)
-
-    def _advance_hw(self, lg: Log, hw: int) -> None:
-        if lg.update_high_watermark(hw):  # clamps to the log end; also moves the LSO
-            tp = self._log_tp.get(id(lg))
-            if tp is not None:
-                self._notify(tp)
-
-    # -- fetch wake-ups --------------------------------------------------------------
-
-    def _notify(self, tp: TopicPartition) -> None:
-        for fut in self._watchers.pop(tp, ()):
-            if not fut.done():
-                fut.set_result(None)
+        await self.replicas.wait_durable(lg, offset)
 
     async def wait_for_data(self, tps: Iterable[TopicPartition], timeout: float) -> None:
         """Sleep until one of `tps` gets new committed data, or `timeout` seconds."""
-        if timeout <= 0:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        keys = list(tps)
-        for tp in keys:
-            self._watchers.setdefault(tp, set()).add(fut)
-        try:
-            await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            pass
-        finally:
-            for tp in keys:
-                watchers = self._watchers.get(tp)
-                if watchers is not None:
-                    watchers.discard(fut)
-                    if not watchers:
-                        del self._watchers[tp]
+        await self.replicas.wait_for_data(tps, timeout)
 
     # -- dynamic broker configs -------------------------------------------------------
 
@@ -147,26 +114,17 @@ class Broker:
     # -- topics ----------------------------------------------------------------------
 
     def get_log(self, topic: str, partition: int) -> Log | None:
-        return self.logs.get_log(topic, partition)
+        return self.replicas.get_log(topic, partition)
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> uuid.UUID:
         meta = self.logs.create_topic(name, partitions, configs)
-        for p in range(meta.partitions):
-            lg = self.logs.get_log(name, p)
-            if lg is not None:
-                self._log_tp[id(lg)] = (name, p)
         log.info("created topic %s with %d partitions", name, partitions)
         return meta.topic_id
 
     def delete_topic(self, name: str) -> None:
         meta = self.logs.topics.get(name)
         if meta is not None:
-            for p in range(meta.partitions):
-                lg = self.logs.get_log(name, p)
-                if lg is not None:
-                    self.group_commit.forget(lg)
-                    self._log_tp.pop(id(lg), None)
-                self._notify((name, p))
+            self.replicas.forget_topic(name, meta.partitions)
         self.logs.delete_topic(name)
         self.group_coordinator.on_topic_deleted(name)  # its committed offsets go too
         log.info("deleted topic %s", name)

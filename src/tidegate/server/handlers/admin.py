@@ -193,8 +193,8 @@ async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any)
                 "throttle_time": 0,
                 "error_code": ErrorCode.unsupported_endpoint_type,
                 "error_message": "only broker endpoints are served",
-                "cluster_id": broker.cluster_id,
-                "controller_id": broker.node_id,
+                "cluster_id": broker.metadata.cluster_id,
+                "controller_id": broker.metadata.controller_id,
                 "brokers": [],
             },
         )
@@ -209,8 +209,8 @@ async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any)
             "error_code": 0,
             "error_message": None,
             "endpoint_type": 1,
-            "cluster_id": broker.cluster_id,
-            "controller_id": broker.node_id,
+            "cluster_id": broker.metadata.cluster_id,
+            "controller_id": broker.metadata.controller_id,
             "brokers": brokers,
             "cluster_authorized_operations": authorized_operations(
                 CLUSTER_OPS, bool(view(req, "include_cluster_authorized_operations", False))

@@ -16,12 +16,12 @@ def resolve_topic(broker: Broker, topic: Any) -> tuple[str | None, uuid.UUID | N
     name = getattr(topic, "name", None) or getattr(topic, "topic", None)
     topic_id = getattr(topic, "topic_id", None)
     if name:
-        meta = broker.logs.topics.get(name)
-        return name, (meta.topic_id if meta else None)
+        tv = broker.metadata.topic(name)
+        return name, (tv.topic_id if tv else None)
     if topic_id is not None and topic_id != ZERO_UUID:
-        meta = broker.logs.topic_by_id(topic_id)
-        if meta is not None:
-            return meta.name, meta.topic_id
+        tv = broker.metadata.topic_by_id(topic_id)
+        if tv is not None:
+            return tv.name, tv.topic_id
         return None, topic_id
     return None, None
 

@@ -35,9 +35,9 @@ def _lookup(broker: Broker, key_type: int, key: str) -> tuple[ErrorCode, str | N
 
 
 def _node(broker: Broker, code: ErrorCode) -> dict[str, Any]:
-    lis = broker.config.advertised_listeners()[0]
-    if code == ErrorCode.none:
-        return {"node_id": broker.node_id, "host": lis.host, "port": lis.port}
+    node = broker.metadata.broker(broker.node_id) if code == ErrorCode.none else None
+    if node is not None:
+        return {"node_id": node.node_id, "host": node.host, "port": node.port}
     return {"node_id": -1, "host": "", "port": -1}
 
 

@@ -1,4 +1,9 @@
-"""Metadata: brokers, topics and partition leaders (always this node), auto-creation."""
+"""Metadata: brokers, topics and partition leaders, auto-creation.
+
+Everything comes from the broker's metadata view (server/metadata_view.py): on the
+embedded broker this node leads every partition; in a cluster, the view ZooKeeper
+feeds. A partition with no leader is LEADER_NOT_AVAILABLE with leader -1, as in Kafka.
+"""
 
 from __future__ import annotations
 
@@ -6,44 +11,45 @@ import logging
 from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
-from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID
 from tidegate.server.handlers.operations import CLUSTER_OPS, TOPIC_OPS, authorized_operations
+from tidegate.server.metadata_view import EMBEDDED_LEADER_EPOCH, PartitionView, TopicView
 
 log = logging.getLogger(__name__)
 
-LEADER_EPOCH = 0
+LEADER_EPOCH = EMBEDDED_LEADER_EPOCH  # until offsets.py asks the replica manager
+
 
 
 def brokers_payload(broker: Broker) -> list[dict[str, Any]]:
-    lis = broker.config.advertised_listeners()[0]
-    rack = broker.config.get("broker.rack") or None
-    return [{"node_id": broker.node_id, "host": lis.host, "port": lis.port, "rack": rack}]
+    return [
+        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in broker.metadata.brokers()
+    ]
 
 
-def topic_payload(broker: Broker, name: str, with_ops: bool = False) -> dict[str, Any]:
-    meta = broker.logs.topics[name]
-    node = broker.node_id
+def partition_payload(p: PartitionView) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
+        "partition_index": p.index,
+        "leader_id": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "replica_nodes": list(p.replicas),
+        "isr_nodes": list(p.isr),
+        "offline_replicas": list(p.offline),
+    }
+
+
+def topic_payload(topic: TopicView, with_ops: bool = False) -> dict[str, Any]:
     return {
         "error_code": 0,
-        "name": name,
-        "topic_id": meta.topic_id,
-        "is_internal": name in INTERNAL_TOPICS,
-        "partitions": [
-            {
-                "error_code": 0,
-                "partition_index": p,
-                "leader_id": node,
-                "leader_epoch": LEADER_EPOCH,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
-                "offline_replicas": [],
-            }
-            for p in range(meta.partitions)
-        ],
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": [partition_payload(p) for p in topic.partitions],
         "topic_authorized_operations": authorized_operations(TOPIC_OPS, with_ops),
     }
 
@@ -59,51 +65,54 @@ def _error_topic(name: str | None, code: ErrorCode, topic_id: Any = None) -> dic
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    md = broker.metadata
     requested = view(req, "topics")
     with_ops = bool(view(req, "include_topic_authorized_operations", False))
+    topics: list[dict[str, Any]] = []
     # v0 had no null: an empty list meant "all topics".
     if requested is None or (ctx.api_version == 0 and not requested):
-        names = sorted(broker.logs.topics)
-        topics = [topic_payload(broker, n, with_ops) for n in names]
+        for n in md.topic_names():
+            tv = md.topic(n)
+            if tv is not None:
+                topics.append(topic_payload(tv, with_ops))
     else:
         allow_auto = bool(view(req, "allow_auto_topic_creation", True))
-        topics = []
         for t in requested:
             name = view(t, "name")
             topic_id = view(t, "topic_id")
             if not name and topic_id is not None and topic_id != ZERO_UUID:
-                meta = broker.logs.topic_by_id(topic_id)
-                if meta is None:
+                tv = md.topic_by_id(topic_id)
+                if tv is None:
                     topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
                 else:
-                    topics.append(topic_payload(broker, meta.name, with_ops))
+                    topics.append(topic_payload(tv, with_ops))
                 continue
             if not name:
                 topics.append(_error_topic(name, ErrorCode.invalid_topic_exception))
                 continue
-            if name not in broker.logs.topics and allow_auto and broker.auto_create_enabled():
+            tv = md.topic(name)
+            if tv is None and allow_auto and broker.auto_create_enabled():
                 try:
                     broker.create_topic(name, broker.default_partitions(), {})
                 except KafkaError as e:
-                    if name not in broker.logs.topics:
+                    if md.topic(name) is None:
                         topics.append(_error_topic(name, e.code))
                         continue
-                if name in broker.logs.topics:
-                    # Kafka answers LEADER_NOT_AVAILABLE while a new topic's leaders are
-                    # elected; ours exist at once, so answer with the topic itself.
-                    topics.append(topic_payload(broker, name, with_ops))
-                    continue
-            if name not in broker.logs.topics:
+                # On the embedded broker the new topic's leaders exist at once, so it is
+                # answered with the topic itself; in a cluster the view has no leaders
+                # yet and answers LEADER_NOT_AVAILABLE per partition, as Kafka does.
+                tv = md.topic(name)
+            if tv is None:
                 topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
             else:
-                topics.append(topic_payload(broker, name, with_ops))
+                topics.append(topic_payload(tv, with_ops))
     return build(
         ctx.response_class,
         {
             "throttle_time": 0,
             "brokers": brokers_payload(broker),
-            "cluster_id": broker.cluster_id,
-            "controller_id": broker.node_id,
+            "cluster_id": md.cluster_id,
+            "controller_id": md.controller_id,
             "topics": topics,
             "cluster_authorized_operations": authorized_operations(
                 CLUSTER_OPS, bool(view(req, "include_cluster_authorized_operations", False))

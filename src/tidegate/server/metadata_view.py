@@ -1,0 +1,130 @@
+"""The metadata view: what handlers know about brokers, topics and partition leaders.
+
+Handlers that describe the cluster (Metadata, DescribeCluster, FindCoordinator, the
+topic lookups of every other request) read this view, never the `LogManager` or
+ZooKeeper directly. Two implementations answer the same `MetadataView` protocol:
+
+- `EmbeddedMetadata` (here): the single broker. Every topic in the local topics file,
+  this node the leader of every partition at leader epoch 0, replicas = ISR = [node].
+- the cluster view (`server/cluster/metadata.py`, once cluster mode is on): a cache of
+  ZooKeeper's `/brokers/ids`, `/brokers/topics` and partition-state znodes.
+
+A view answers from memory and never blocks: it is read on the event loop for every
+request. Values are immutable snapshots (`PartitionView`, `TopicView`), so a handler
+that reads a topic twice sees one consistent state per read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tidegate.common.config import BrokerConfig
+from tidegate.common.topics import INTERNAL_TOPICS
+from tidegate.storage.log_manager import LogManager
+
+EMBEDDED_LEADER_EPOCH = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    index: int
+    leader: int  # -1 when no replica may lead (offline)
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[PartitionView, ...]
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+class MetadataView(Protocol):
+    """What every handler may ask about the cluster; see the module docstring."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def controller_id(self) -> int: ...
+
+    def brokers(self) -> Sequence[BrokerEndpoint]: ...
+
+    def broker(self, node_id: int) -> BrokerEndpoint | None: ...
+
+    def topic_names(self) -> list[str]: ...
+
+    def topic(self, name: str) -> TopicView | None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicView | None: ...
+
+
+class EmbeddedMetadata:
+    """The single broker's view: this node leads every partition of the topics file."""
+
+    def __init__(self, config: BrokerConfig, logs: LogManager) -> None:
+        self._config = config
+        self._logs = logs
+        self.node_id = config.node_id
+        self._views: dict[str, TopicView] = {}  # rebuilt when the topic changes
+
+    @property
+    def cluster_id(self) -> str:
+        return self._logs.cluster_id
+
+    @property
+    def controller_id(self) -> int:
+        return self.node_id
+
+    def brokers(self) -> Sequence[BrokerEndpoint]:
+        lis = self._config.advertised_listeners()[0]
+        rack = self._config.get("broker.rack") or None
+        return (BrokerEndpoint(self.node_id, lis.host, lis.port, rack),)
+
+    def broker(self, node_id: int) -> BrokerEndpoint | None:
+        return self.brokers()[0] if node_id == self.node_id else None
+
+    def topic_names(self) -> list[str]:
+        return sorted(self._logs.topics)
+
+    def topic(self, name: str) -> TopicView | None:
+        meta = self._logs.topics.get(name)
+        if meta is None:
+            return None
+        cached = self._views.get(name)
+        if (cached is not None and cached.topic_id == meta.topic_id
+                and len(cached.partitions) == meta.partitions):
+            return cached
+        node = (self.node_id,)
+        parts = tuple(
+            PartitionView(p, self.node_id, EMBEDDED_LEADER_EPOCH, node, node)
+            for p in range(meta.partitions)
+        )
+        view = self._views[name] = TopicView(name, meta.topic_id, parts)
+        return view
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicView | None:
+        meta = self._logs.topic_by_id(topic_id)
+        return None if meta is None else self.topic(meta.name)
