@@ -16,11 +16,9 @@ from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID
 from tidegate.server.handlers.operations import CLUSTER_OPS, TOPIC_OPS, authorized_operations
-from tidegate.server.metadata_view import EMBEDDED_LEADER_EPOCH, PartitionView, TopicView
+from tidegate.server.metadata_view import PartitionView, TopicView
 
 log = logging.getLogger(__name__)
-
-LEADER_EPOCH = EMBEDDED_LEADER_EPOCH  # until offsets.py asks the replica manager
 
 
 

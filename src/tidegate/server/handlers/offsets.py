@@ -5,8 +5,10 @@ stable offset for read_committed), -2 earliest, -3 max timestamp (KIP-734), -4
 earliest local (KIP-405), -5 earliest tiered: with no tiered storage, -4 and -5 equal
 -2. Any other timestamp finds the first offset whose timestamp is >= it.
 
-Every partition has had one leader (this node) at epoch 0, so OffsetForLeaderEpoch
-answers the log end offset for any epoch >= 0.
+Each is answered by the partition's leader only (the replica manager refuses others
+with NOT_LEADER_OR_FOLLOWER, and checks `current_leader_epoch`: KIP-320). On the
+embedded broker every partition has had one leader (this node) at epoch 0, so
+OffsetForLeaderEpoch answers the log end offset for any epoch >= 0.
 """
 
 from __future__ import annotations
@@ -19,17 +21,18 @@ from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields
-from tidegate.server.handlers.metadata import LEADER_EPOCH
+from tidegate.server.partition import NO_EPOCH, Partition
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _check_epoch(current: int) -> ErrorCode:
-    if current < 0 or current == LEADER_EPOCH:
-        return ErrorCode.none
-    return (
-        ErrorCode.fenced_leader_epoch if current < LEADER_EPOCH else ErrorCode.unknown_leader_epoch
-    )
+def _leader(broker: Broker, topic: str, index: int, p: Any) -> Partition | ErrorCode:
+    """The led partition, or the error code to answer (unknown, not leader, epoch)."""
+    try:
+        return broker.replicas.leader(
+            topic, index, int(view(p, "current_leader_epoch", NO_EPOCH)))
+    except KafkaError as e:
+        return e.code
 
 
 async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -47,16 +50,12 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> 
                 "leader_epoch": -1,
                 "old_style_offsets": [],
             }
-            lg = broker.get_log(t.name, index)
-            if lg is None:
-                out["error_code"] = ErrorCode.unknown_topic_or_partition
+            part = _leader(broker, t.name, index, p)
+            if isinstance(part, ErrorCode):
+                out["error_code"] = part
                 parts.append(out)
                 continue
-            code = _check_epoch(int(view(p, "current_leader_epoch", -1)))
-            if code != ErrorCode.none:
-                out["error_code"] = code
-                parts.append(out)
-                continue
+            lg = part.log
             ts = int(p.timestamp)
             # read_committed sees only what lies below the last stable offset
             visible = lg.last_stable_offset if committed else lg.high_watermark
@@ -79,7 +78,7 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> 
             except KafkaError as e:
                 out["error_code"], _ = error_fields(e)
             if out["offset"] >= 0:
-                out["leader_epoch"] = LEADER_EPOCH
+                out["leader_epoch"] = part.leader_epoch
             parts.append(out)
         topics.append({"name": t.name, "partitions": parts})
     return build(ctx.response_class, {"throttle_time": 0, "topics": topics})
@@ -97,16 +96,12 @@ async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, re
                 "leader_epoch": -1,
                 "end_offset": -1,
             }
-            lg = broker.get_log(t.topic, index)
-            if lg is None:
-                out["error_code"] = ErrorCode.unknown_topic_or_partition
-            else:
-                code = _check_epoch(int(view(p, "current_leader_epoch", -1)))
-                if code != ErrorCode.none:
-                    out["error_code"] = code
-                elif int(p.leader_epoch) >= LEADER_EPOCH:
-                    out["leader_epoch"] = LEADER_EPOCH
-                    out["end_offset"] = lg.log_end_offset
+            part = _leader(broker, t.topic, index, p)
+            if isinstance(part, ErrorCode):
+                out["error_code"] = part
+            elif int(p.leader_epoch) >= part.leader_epoch:
+                out["leader_epoch"] = part.leader_epoch
+                out["end_offset"] = part.log.log_end_offset
             parts.append(out)
         topics.append({"topic": t.topic, "partitions": parts})
     return build(ctx.response_class, {"throttle_time": 0, "topics": topics})
@@ -119,10 +114,11 @@ async def handle_delete_records(broker: Broker, ctx: RequestContext, req: Any) -
         for p in t.partitions:
             index = int(p.partition_index)
             out: dict[str, Any] = {"partition_index": index, "low_watermark": -1, "error_code": 0}
-            lg = broker.get_log(t.name, index)
-            if lg is None:
-                out["error_code"] = ErrorCode.unknown_topic_or_partition
+            part = _leader(broker, t.name, index, p)
+            if isinstance(part, ErrorCode):
+                out["error_code"] = part
             else:
+                lg = part.log
                 offset = int(p.offset)
                 if offset == -1:
                     offset = lg.high_watermark

@@ -75,10 +75,10 @@ async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: An
         parts: list[dict[str, Any]] = []
         for p in t.partition_indexes or ():
             index = int(p)
-            lg = broker.get_log(str(t.name), index)
-            if lg is None:
-                parts.append({"partition_index": index,
-                              "error_code": ErrorCode.unknown_topic_or_partition,
+            try:  # the leader's producer state is the one that answers (Kafka's rule)
+                lg = broker.replicas.leader(str(t.name), index).log
+            except KafkaError as e:
+                parts.append({"partition_index": index, "error_code": e.code,
                               "error_message": None, "active_producers": []})
                 continue
             parts.append({
