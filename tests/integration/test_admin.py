@@ -290,14 +290,15 @@ def test_config_sources_and_dynamic_broker_keys(tmp_path: Path) -> None:
         cfg = a.describe_configs([broker_res])[broker_res].result(30)
         assert (cfg["log.retention.hours"].value, cfg["log.retention.hours"].source) == ("100", 4)
         assert (cfg["num.partitions"].value, cfg["num.partitions"].source) == ("1", 5)
-        assert (cfg["min.insync.replicas"].value, cfg["min.insync.replicas"].source) == ("1", 5)
+        # The cluster default written at first start, as Kafka 4.1+ (KIP-966).
+        assert (cfg["min.insync.replicas"].value, cfg["min.insync.replicas"].source) == ("1", 3)
         assert cfg["background.threads"].source == 5 and not cfg["background.threads"].is_read_only
         assert cfg["log.dirs"].source == 4 and cfg["log.dirs"].is_read_only
         a.create_topics([NewTopic("src", 1, 1)])["src"].result(30)
         topic_res = ConfigResource("topic", "src")
         tcfg = a.describe_configs([topic_res])[topic_res].result(30)
         assert (tcfg["retention.ms"].value, tcfg["retention.ms"].source) == ("360000000", 4)
-        assert tcfg["min.insync.replicas"].source == 5
+        assert tcfg["min.insync.replicas"].source == 3
 
         # librdkafka's admin test: a non-incremental AlterConfigs of a listener key.
         res = ConfigResource(
@@ -307,7 +308,6 @@ def test_config_sources_and_dynamic_broker_keys(tmp_path: Path) -> None:
         _ialter(
             a,
             broker_res,
-            ConfigEntry("min.insync.replicas", "1", incremental_operation=_SET),
             ConfigEntry("background.threads", "9", incremental_operation=_SET),
             ConfigEntry("num.io.threads", "4", incremental_operation=_SET),
             ConfigEntry("log.cleaner.threads", "2", incremental_operation=_SET),
@@ -318,14 +318,13 @@ def test_config_sources_and_dynamic_broker_keys(tmp_path: Path) -> None:
         cfg = a.describe_configs([broker_res])[broker_res].result(30)
         for name, value in [
             ("sasl.kerberos.min.time.before.relogin", "58000"),
-            ("min.insync.replicas", "1"),
+            ("min.insync.replicas", "1"),  # kept by the non-incremental AlterConfigs above
             ("background.threads", "9"),
             ("num.io.threads", "4"),
             ("message.max.bytes", "2000000"),
         ]:
             assert (cfg[name].value, cfg[name].source) == (value, 3), name
         tcfg = a.describe_configs([topic_res])[topic_res].result(30)
-        assert tcfg["min.insync.replicas"].source == 3
         assert (tcfg["max.message.bytes"].value, tcfg["max.message.bytes"].source) == ("2000000", 3)
         # The cluster-default resource lists only the dynamic values.
         raw = RawClient(b.bootstrap)

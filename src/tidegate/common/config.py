@@ -27,10 +27,45 @@ __all__ = ["BROKER_KEYS", "BrokerConfig", "Listener", "parse_listeners"]
 
 LONG_MAX = 9_223_372_036_854_775_807
 
+
+def _group_protocol_keys() -> dict[str, tuple[str, str, str]]:
+    """Kafka's `group.consumer.*`, `group.share.*` and `group.streams.*` settings: the
+    defaults of the group configs (KIP-848, server/group_config.py) and the bounds a
+    group's own value must lie within. Tidegate serves the classic group protocol; these
+    only default and bound the configs of GROUP resources (DescribeConfigs,
+    IncrementalAlterConfigs)."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for proto in ("consumer", "share", "streams"):
+        for what, default, low, high in (
+            ("session.timeout.ms", "45000", "45000", "60000"),
+            ("heartbeat.interval.ms", "5000", "5000", "15000"),
+        ):
+            key = f"group.{proto}.{what}"
+            group_key = f"{proto}.{what}"
+            out[key] = (default, "int", f"Default of the group config {group_key}.")
+            out[f"group.{proto}.min.{what}"] = (low, "int", f"Smallest {group_key} allowed.")
+            out[f"group.{proto}.max.{what}"] = (high, "int", f"Largest {group_key} allowed.")
+    lock = "share.record.lock.duration.ms"
+    out["group.share.record.lock.duration.ms"] = ("30000", "int", f"Default of {lock}.")
+    out["group.share.min.record.lock.duration.ms"] = ("15000", "int", f"Smallest {lock}.")
+    out["group.share.max.record.lock.duration.ms"] = ("60000", "int", f"Largest {lock}.")
+    standby = "streams.num.standby.replicas"
+    out["group.streams.num.standby.replicas"] = ("0", "int", f"Default of {standby}.")
+    out["group.streams.max.standby.replicas"] = ("2", "int", f"Largest {standby}.")
+    return out
+
+
+_GROUP_PROTOCOL_KEYS = _group_protocol_keys()
+
 # key -> (default, type, doc). Types: int, bool, str, list.
 BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "node.id": ("1", "int", "This broker's id (Kafka requires it; a single node uses 1)."),
-    "broker.id": ("-1", "int", "Legacy alias of node.id."),
+    "broker.id": (
+        "-1",
+        "int",
+        "Kafka's ZooKeeper-mode name of node.id: the same id (set either one; both only if "
+        "equal). Each broker of a cluster needs its own.",
+    ),
     "listeners": (
         "PLAINTEXT://127.0.0.1:9092",
         "list",
@@ -103,12 +138,89 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "empty partitions at start takes well under a second, so an embedded node keeps "
         "it). Fixed once the topic exists.",
     ),
+    # -- cluster mode (ZooKeeper) ---------------------------------------------------------
+    "zookeeper.connect": (
+        "",
+        "str",
+        "ZooKeeper ensemble of a cluster, host:port[,host:port...][/chroot] (the chroot "
+        "is created if missing). Empty: one embedded broker, no cluster code runs.",
+    ),
+    "zookeeper.session.timeout.ms": (
+        "18000",
+        "int",
+        "ZooKeeper session timeout: a broker silent this long loses its registration "
+        "and its leaderships.",
+    ),
+    "zookeeper.connection.timeout.ms": (
+        "",
+        "int",
+        "How long to wait for ZooKeeper at start before giving up; unset: "
+        "zookeeper.session.timeout.ms.",
+    ),
+    "replica.lag.time.max.ms": (
+        "30000",
+        "int",
+        "A follower that has not caught up with the leader's log end for this long "
+        "leaves the ISR.",
+    ),
+    "auto.leader.rebalance.enable": (
+        "true",
+        "bool",
+        "Move leadership back to each partition's preferred replica when it is in sync.",
+    ),
+    "leader.imbalance.check.interval.seconds": (
+        "300",
+        "int",
+        "How often the controller checks for partitions not led by their preferred replica.",
+    ),
+    "leader.imbalance.per.broker.percentage": (
+        "10",
+        "int",
+        "Share of a broker's partitions not led by it (as preferred replica) above which "
+        "the controller moves leadership back.",
+    ),
+    "controlled.shutdown.enable": (
+        "true",
+        "bool",
+        "On SIGTERM, ask the controller to move this broker's leaderships away first.",
+    ),
+    "controlled.shutdown.max.retries": ("3", "int", "Attempts of a controlled shutdown."),
+    "controlled.shutdown.retry.backoff.ms": (
+        "5000",
+        "int",
+        "Wait between controlled shutdown attempts.",
+    ),
+    "inter.broker.listener.name": (
+        "",
+        "str",
+        "Listener the brokers use to reach each other (follower fetches); unset: the "
+        "listener named PLAINTEXT.",
+    ),
+    "replica.fetch.max.bytes": (
+        "1048576",
+        "int",
+        "Bytes a follower asks for per partition in one fetch (a larger first batch is "
+        "still returned whole).",
+    ),
+    "replica.fetch.wait.max.ms": (
+        "500",
+        "int",
+        "How long a follower's fetch waits at the leader for replica.fetch.min.bytes.",
+    ),
+    "replica.fetch.min.bytes": ("1", "int", "Bytes a follower's fetch waits for."),
+    "replica.fetch.backoff.ms": ("1000", "int", "Pause after a failed follower fetch."),
+    "replica.high.watermark.checkpoint.interval.ms": (
+        "5000",
+        "int",
+        "How often high watermarks are written to replication-offset-checkpoint.",
+    ),
     # -- group coordinator ----------------------------------------------------
     "offsets.topic.segment.bytes": ("104857600", "int", "segment.bytes of __consumer_offsets."),
     "offsets.topic.replication.factor": (
         "1",
         "int",
-        "Replicas of __consumer_offsets (Kafka: 3; a single node keeps one).",
+        "Replicas of __consumer_offsets (Kafka: 3; a single node keeps one). In cluster "
+        "mode (zookeeper.connect set) the default is Kafka's 3.",
     ),
     "offsets.load.buffer.size": (
         "5242880",
@@ -131,6 +243,7 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "How long the first rebalance of an empty group waits for more members to join.",
     ),
     "group.max.size": ("2147483647", "int", "Most members a group may have."),
+    **_GROUP_PROTOCOL_KEYS,
     # -- transaction coordinator --------------------------------------------------------
     "transaction.state.log.num.partitions": (
         "50",
@@ -146,12 +259,14 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "1",
         "int",
         "Replicas of __transaction_state (Kafka: 3; a single node keeps one, so a "
-        "development broker never hangs in init_transactions waiting for replicas).",
+        "development broker never hangs in init_transactions waiting for replicas). In "
+        "cluster mode (zookeeper.connect set) the default is Kafka's 3.",
     ),
     "transaction.state.log.min.isr": (
         "1",
         "int",
-        "min.insync.replicas of __transaction_state (Kafka: 2; a single node has one).",
+        "min.insync.replicas of __transaction_state (Kafka: 2; a single node has one). "
+        "In cluster mode (zookeeper.connect set) the default is Kafka's 2.",
     ),
     "transaction.state.log.load.buffer.size": (
         "5242880",
@@ -185,11 +300,14 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "coordinator's, logging hanging transactions (open longer than "
         "transaction.max.timeout.ms in a partition, unknown to the coordinator).",
     ),
+    # Kafka's default is false; Tidegate's is true because its exactly-once Spark sink
+    # and check-back helper need KIP-939 (README, "Defaults that differ from Kafka's").
     "transaction.two.phase.commit.enable": (
-        "false",
+        "true",
         "bool",
         "Allow InitProducerId with enable_2pc (KIP-939): prepared transactions that are "
-        "exempt from the timeout and completed by a later process.",
+        "exempt from the timeout and completed by a later process (list and abort them "
+        "with `tidegate txn`). Tidegate's default is true (Kafka's: false).",
     ),
     "producer.id.expiration.ms": (
         "86400000",
@@ -202,6 +320,14 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "int",
         "How often expired producer ids are removed.",
     ),
+}
+
+# Defaults that become Kafka's in cluster mode (zookeeper.connect set), where there are
+# replicas to use; the single-node values above stay for the embedded broker.
+CLUSTER_DEFAULTS: dict[str, str] = {
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
 }
 
 
@@ -266,6 +392,9 @@ class BrokerConfig:
         for k, v in props.items():
             self.props[k] = v
             self.explicit.add(k)
+        for key, value in CLUSTER_DEFAULTS.items():
+            if key not in self.explicit:
+                self.props[key] = value if self.cluster_mode else BROKER_KEYS[key][0]
         self._validate()
 
     def _validate(self) -> None:
@@ -280,6 +409,16 @@ class BrokerConfig:
                     raise InvalidConfigError(f"{key}={value!r} is not an integer") from None
             elif typ == "bool" and value.lower() not in ("true", "false"):
                 raise InvalidConfigError(f"{key}={value!r} must be true or false")
+        broker_id, node_id = self.props.get("broker.id", ""), self.props.get("node.id", "")
+        if (
+            {"broker.id", "node.id"} <= self.explicit
+            and broker_id not in ("", "-1")
+            and int(broker_id) != int(node_id or "-1")
+        ):
+            raise InvalidConfigError(
+                f"The values for broker.id ({broker_id}) and node.id ({node_id}) must be the "
+                "same if both are specified."
+            )
         check_listener_security(
             self.listeners(),
             self.advertised_listeners(),
@@ -307,6 +446,20 @@ class BrokerConfig:
         if "node.id" not in self.explicit and broker_id is not None and broker_id >= 0:
             return broker_id
         return int(self.props["node.id"])
+
+    @property
+    def cluster_mode(self) -> bool:
+        """True when zookeeper.connect names a ZooKeeper: brokers form a cluster."""
+        return bool(self.props.get("zookeeper.connect", "").strip())
+
+    @property
+    def zookeeper_connection_timeout_ms(self) -> int:
+        """zookeeper.connection.timeout.ms, else zookeeper.session.timeout.ms (Kafka's rule)."""
+        value = self.get_int("zookeeper.connection.timeout.ms")
+        if value is None:
+            value = self.get_int("zookeeper.session.timeout.ms", 18000)
+        assert value is not None
+        return value
 
     def listeners(self) -> list[Listener]:
         ls = parse_listeners(self.props["listeners"])

@@ -14,14 +14,24 @@ for a key that cannot change at run time; `parse_dynamic(name, value)` validates
 value's type. Listener keys may carry Kafka's `listener.name.<listener>.` prefix; the
 keystore/truststore keys must (as in Kafka), and listener keys may be set only on a
 broker id, not on the cluster default resource ("").
+
+Kafka 4.1 and later enable KIP-966 (eligible leader replicas) on a new cluster: the
+controller writes a cluster-level `min.insync.replicas`, the value of its own static
+config, when it first becomes active, and from then on refuses it on a broker resource
+and refuses to remove it. `activate_cluster_defaults` does the same once per data
+directory, so DescribeConfigs lists `min.insync.replicas` on every topic with source
+DYNAMIC_DEFAULT_BROKER_CONFIG, as a 4.1 broker does; `check_elr_min_isr` holds the two
+refusals. Like any cluster default it can still be changed on the "" resource.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable, Mapping
 
 from tidegate.common.config import BROKER_KEYS
-from tidegate.common.errors import InvalidRequestError
+from tidegate.common.errors import InvalidConfigError, InvalidRequestError
 from tidegate.storage.config import BROKER_SYNONYMS, TOPIC_CONFIG_KEYS
 from tidegate.storage.config_types import (
     INT_MAX,
@@ -34,12 +44,17 @@ from tidegate.storage.config_types import (
 
 __all__ = [
     "DYNAMIC_KEYS",
+    "ELR_CLUSTER_KEYS",
     "SYNONYM_KEYS",
+    "activate_cluster_defaults",
     "base_name",
     "check_alterable",
+    "check_elr_min_isr",
     "is_sensitive",
     "parse_dynamic",
 ]
+
+log = logging.getLogger(__name__)
 
 _T = ConfigType
 _ANY = Anything()
@@ -226,3 +241,56 @@ def parse_dynamic(name: str, value: str) -> None:
 def is_sensitive(name: str) -> bool:
     key = DYNAMIC_KEYS.get(base_name(name))
     return key is not None and key.type == ConfigType.PASSWORD
+
+
+# Cluster-level keys a Kafka 4.1+ controller writes at activation (KIP-966).
+ELR_CLUSTER_KEYS = ("min.insync.replicas",)
+_MIN_ISR = "min.insync.replicas"
+
+
+def activate_cluster_defaults(
+    dynamic: Mapping[str, str],
+    static: Mapping[str, str],
+    save: Callable[[dict[str, str]], None],
+) -> dict[str, str]:
+    """The dynamic cluster defaults with the KIP-966 keys added where missing, each
+    with its static value (the properties file, environment or --override) or Kafka's
+    default, saved with `save` when anything was added. Done once: a later change of
+    the static value does not move the dynamic one, as in Kafka. A failed save (disk
+    full) is logged and retried at the next start; the values apply meanwhile."""
+    missing = {}
+    for name in ELR_CLUSTER_KEYS:
+        if name not in dynamic:
+            static_value = static.get(name, "").strip()
+            key = SYNONYM_KEYS[name]
+            if static_value:
+                key.parse(static_value, source=name)  # a bad value stops the start unsaved
+            missing[name] = static_value or key.format(key.default)
+    if not missing:
+        return dict(dynamic)
+    configs = {**dynamic, **missing}
+    try:
+        save(configs)
+    except OSError as e:
+        log.warning(
+            "cannot save the cluster-level defaults %s (retried at next start): %s", missing, e
+        )
+    else:
+        log.info("wrote the cluster-level defaults %s (KIP-966, as Kafka 4.1+)", missing)
+    return configs
+
+
+def check_elr_min_isr(per_broker: bool, altered: Mapping[str, str | None]) -> None:
+    """Kafka's refusals while ELR is enabled: `min.insync.replicas` may not be set or
+    deleted on a broker id, nor removed from the cluster default ("").
+    `altered` maps each key the request touches to its new value (None: removed)."""
+    if _MIN_ISR not in altered:
+        return
+    if per_broker:
+        raise InvalidConfigError(
+            "Broker-level min.insync.replicas cannot be altered while ELR is enabled."
+        )
+    if altered[_MIN_ISR] is None:
+        raise InvalidConfigError(
+            "Cluster-level min.insync.replicas cannot be removed while ELR is enabled."
+        )

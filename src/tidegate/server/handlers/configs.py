@@ -1,4 +1,5 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and the broker.
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, the broker and
+groups.
 
 Topic resources (type 2) list every topic config with its effective value and source:
 TOPIC_CONFIG (1) for an override, STATIC_BROKER_CONFIG (4) when a broker key such as
@@ -10,10 +11,20 @@ accepts every key Kafka can change at run time (`server.dynamic_config`) and ref
 read-only ones with INVALID_REQUEST; the topic defaults among them (e.g.
 `log.retention.ms`) apply to every topic without an override. Dynamic values persist
 across restarts, as in Kafka. A SUBTRACT may empty a list config.
+
+As a Kafka 4.1+ broker (KIP-966), the cluster default `min.insync.replicas` is written at
+first start (server/dynamic_config.py), so every topic reports it with source
+DYNAMIC_DEFAULT_BROKER_CONFIG; it cannot be altered on a broker id nor removed.
+
+Group resources (type 32, KIP-848) list every group config (server/group_config.py)
+with source GROUP_CONFIG (8) when the group overrides it and DEFAULT_CONFIG otherwise,
+whether or not the group exists; altering one validates the group's whole new set
+against the broker's bounds and stores it durably.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -31,18 +42,21 @@ from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.dynamic_config import (
     DYNAMIC_KEYS,
+    ELR_CLUSTER_KEYS,
     SYNONYM_KEYS,
     base_name,
     check_alterable,
+    check_elr_min_isr,
     is_sensitive,
     parse_dynamic,
 )
+from tidegate.server.group_config import describe_group_configs, validate_group_configs
 from tidegate.server.handlers.common import error_fields
 from tidegate.storage.config import BROKER_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigType, LogConfig
 
 log = logging.getLogger(__name__)
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SRC_TOPIC, SRC_DYNAMIC_BROKER, SRC_DYNAMIC_DEFAULT, SRC_STATIC, SRC_DEFAULT = 1, 2, 3, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 BROKER_TYPES = {"int": 5, "bool": 1, "str": 2, "list": 7}
@@ -175,10 +189,15 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
                         f"broker {r.resource_name} is not this broker ({broker.node_id})"
                     )
                 configs = describe_broker_configs(broker, per_broker=r.resource_name != "")
+            elif r.resource_type == GROUP:
+                if not r.resource_name:
+                    raise InvalidRequestError("Group name must not be empty")
+                overrides = broker.group_configs.get(r.resource_name)
+                configs = describe_group_configs(overrides, broker.config)
             else:
                 raise InvalidRequestError(f"resource type {r.resource_type} is not supported")
             wanted = r.configuration_keys
-            if wanted is not None:
+            if wanted:  # null or empty: every config, as in Kafka
                 configs = [c for c in configs if c["name"] in set(wanted)]
             for c in configs:
                 if not include_synonyms:
@@ -229,6 +248,10 @@ def _not_a_list(name: str) -> InvalidConfigError:
     return InvalidConfigError(f"{name} is not a list config; APPEND/SUBTRACT apply only to lists")
 
 
+def _not_a_list_base(name: str) -> str:
+    raise _not_a_list(name)
+
+
 def _topic_list_base(defaults: LogConfig) -> Callable[[str], str]:
     def base(name: str) -> str:
         key = TOPIC_CONFIG_KEYS.get(name)
@@ -255,17 +278,47 @@ def _alter_broker(broker: Broker, name: str, ops: Any, incremental: bool, dry: b
     """Dynamic broker configs: Kafka's alterable keys only, validated, then persisted."""
     if name not in ("", str(broker.node_id)):
         raise InvalidRequestError(f"broker {name} is not this broker ({broker.node_id})")
+    per_broker = name != ""
     for key, _, _ in ops:
-        check_alterable(key, per_broker=name != "")
-    base: dict[str, str | None] = dict(broker.dynamic_configs) if incremental else {}
+        check_alterable(key, per_broker=per_broker)
+    current = dict(broker.dynamic_configs)
+    base: dict[str, str | None] = dict(current) if incremental else {}
     new = _apply_ops(base, ops, _broker_list_base(broker))
     final = {k: v for k, v in new.items() if v is not None}
+    if per_broker and not incremental:
+        # One store holds both broker resources here; replacing a broker id's configs
+        # keeps the cluster-level KIP-966 keys, which Kafka keeps in the "" resource.
+        for key in ELR_CLUSTER_KEYS:
+            if key in current:
+                final.setdefault(key, current[key])
+    touched = {key for key, _, _ in ops} | (set(current) - set(final))
+    check_elr_min_isr(per_broker, {key: final.get(key) for key in touched})
     for key, _, _ in ops:
         if final.get(key) is not None:
             parse_dynamic(key, final[key])
     broker.validate_dynamic(final)
     if not dry:
         broker.set_dynamic_configs(final)
+
+
+async def _alter_group(broker: Broker, group: str, ops: Any, incremental: bool, dry: bool) -> None:
+    """Validate the group's whole new set of overrides, then store it durably (off the
+    event loop, one change at a time so concurrent changes of a group are not lost)."""
+    store = broker.group_configs
+    async with store.lock:
+        current = store.get(group)
+        base: dict[str, str | None] = dict(current) if incremental else {}
+        for key, op, _ in ops:  # no group config is a list; Kafka's controller's words
+            if op in (APPEND, SUBTRACT):
+                verb = "APPEND" if op == APPEND else "SUBTRACT"
+                raise InvalidConfigError(f"Can't {verb} to key {key} because its type is not LIST.")
+        new = _apply_ops(base, ops, _not_a_list_base)
+        final = {k: v for k, v in new.items() if v is not None}
+        validate_group_configs(group, final, broker.config)
+        if dry or final == current:
+            return
+        await asyncio.get_running_loop().run_in_executor(None, store.set, group, final)
+        log.info("group %s configs now %s", group, final)
 
 
 async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: bool) -> Any:
@@ -298,6 +351,8 @@ async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: boo
                     log.info("topic %s configs now %s", r.resource_name, final)
             elif r.resource_type == BROKER:
                 _alter_broker(broker, r.resource_name, ops, incremental, validate_only)
+            elif r.resource_type == GROUP:
+                await _alter_group(broker, r.resource_name, ops, incremental, validate_only)
             elif r.resource_type == BROKER_LOGGER:
                 raise InvalidRequestError("broker logger configs are not supported")
             else:
