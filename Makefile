@@ -16,12 +16,18 @@ $(STAMP): pyproject.toml setup.py src/tidegate/records/_speedups.c | $(BIN)/pyth
 
 install: $(STAMP)
 
-# kcat is one of the real clients the interop tests use; Debian packages it.
+# kcat is one of the real clients the interop tests use; Debian packages it. The cluster
+# tests start a real ZooKeeper from Debian's `zookeeper` package (its jars in
+# /usr/share/java; it needs a Java runtime, which the package pulls in if missing).
 deps-system:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat (Debian package)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat >/dev/null; }
+	@[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1 || { \
+	  echo "installing zookeeper (Debian package)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper >/dev/null; }
 
 # KafkaJS (tests/integration/test_kafkajs.py) comes from the npm registry; node and npm
 # from Debian's packages if the machine has none.
@@ -95,7 +101,7 @@ DEMO_DIR  ?= /tmp/tidegate-demo
 demo: install
 	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	@$(BIN)/tidegate serve --override listeners=PLAINTEXT://127.0.0.1:$(DEMO_PORT) \
-	    --override log.dirs=$(DEMO_DIR)/data --override transaction.two.phase.commit.enable=true \
+	    --override log.dirs=$(DEMO_DIR)/data \
 	    >$(DEMO_DIR)/broker.log 2>&1 & pid=$$!; trap "kill $$pid" EXIT; \
 	  for i in $$(seq 100); do grep -q "listening on" $(DEMO_DIR)/broker.log && break; \
 	    kill -0 $$pid 2>/dev/null || { cat $(DEMO_DIR)/broker.log; exit 1; }; sleep 0.1; done; \
@@ -114,7 +120,7 @@ demo-cluster: install
 	  ready() { for i in $$(seq 600); do grep -q "$$2" $$1 && return 0; sleep 0.1; done; \
 	    cat $$1; return 1; }; \
 	  $(BIN)/tidegate serve --override listeners=PLAINTEXT://127.0.0.1:$(DEMO_PORT) \
-	    --override log.dirs=$(DEMO_CLUSTER_DIR)/data --override transaction.two.phase.commit.enable=true \
+	    --override log.dirs=$(DEMO_CLUSTER_DIR)/data \
 	    >$(DEMO_CLUSTER_DIR)/broker.log 2>&1 & pids=$$!; trap 'kill $$pids' EXIT; \
 	  $$SPARK_HOME/bin/spark-class org.apache.spark.deploy.master.Master --host 127.0.0.1 \
 	    --port $(CLUSTER_PORT) --webui-port 0 >$(DEMO_CLUSTER_DIR)/spark/master.log 2>&1 & \

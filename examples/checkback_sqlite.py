@@ -10,8 +10,9 @@ any point (``--crash`` kills itself with SIGKILL right after, or right before, t
 database commit); the next run's `start()` asks `check`, which looks the prepared
 transaction up in the database: found -> COMMIT, missing -> ABORT. ``--unknown-first``
 makes the first check answer UNKNOWN (as if the database were down) to show the
-re-check. The broker needs ``transaction.two.phase.commit.enable=true``
-(``tidegate serve --override transaction.two.phase.commit.enable=true``).
+re-check. The broker must allow two-phase commit:
+``transaction.two.phase.commit.enable=true``, the default of `make run`'s broker (a
+broker with it false fails the first call with a message naming the setting).
 """
 
 from __future__ import annotations

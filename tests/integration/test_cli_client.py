@@ -308,6 +308,30 @@ def test_cli_topics_produce_consume(shared_broker: BrokerProcess, tmp_path: Path
     assert topic not in cli("topics", "list", *bs).stdout.decode().split()
 
 
+def test_cli_lists_say_when_there_is_nothing(tmp_path: Path) -> None:
+    """An empty broker: each list command says so in one line on stderr; stdout (the
+    names or table rows a script reads) stays empty."""
+    b = BrokerProcess(tmp_path / "data")
+    b.start()
+    try:
+        bs = ["--bootstrap-server", b.bootstrap]
+        for args, message in (
+            (["topics", "list"],
+             "no topics (internal topics are listed with --include-internal)"),
+            (["groups", "list"], "no consumer groups"),
+            (["txn", "list"], "no transactions"),
+            (["txn", "list", "--state", "Ongoing"], "no transactions match the filters"),
+        ):
+            r = cli(*args, *bs)
+            assert r.returncode == 0, r.stderr
+            assert (r.stdout, r.stderr.decode()) == (b"", message + "\n"), args
+        create(b, "one")
+        r = cli("topics", "list", *bs)
+        assert (r.stdout, r.stderr) == (b"one\n", b"")
+    finally:
+        b.stop()
+
+
 def test_cli_errors_are_one_clear_line(shared_broker: BrokerProcess) -> None:
     dead = f"127.0.0.1:{free_port()}"
     for args in (["topics", "list"], ["produce", "t"], ["consume", "t"]):

@@ -24,6 +24,7 @@ from tests.integration.test_transactions import create, read_all
 
 from tidegate.client import (
     ConsumerGroupMetadata,
+    FatalProducerError,
     IllegalStateError,
     PreparedTxnState,
     Producer,
@@ -37,8 +38,8 @@ from tidegate.client.producer.producer import AsyncProducer
 
 @pytest.fixture(scope="module")
 def tb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("clienttxn") / "data",
-                      overrides={"transaction.two.phase.commit.enable": "true"})
+    # default settings: two-phase commit (KIP-939) is on unless the operator turns it off
+    b = BrokerProcess(tmp_path_factory.mktemp("clienttxn") / "data")
     b.start()
     try:
         yield b
@@ -389,3 +390,29 @@ def test_checkback_resolves_what_a_killed_process_left(tb: BrokerProcess, tmp_pa
     assert _db_orders(db) == want
     got = read_all(tb.bootstrap, topic, "read_committed")
     assert sorted(got) == sorted(f"order {n}".encode() for n in want)
+
+
+def test_two_phase_commit_refused_by_the_broker_says_what_to_set(tmp_path: Path) -> None:
+    """With transaction.two.phase.commit.enable=false on the broker, a 2PC producer and
+    the check-back example fail at once, naming the broker setting."""
+    b = BrokerProcess(tmp_path / "data",
+                      overrides={"transaction.two.phase.commit.enable": "false"})
+    b.start()
+    try:
+        p = producer(b, "2pc-refused", **{"transaction.two.phase.commit.enable": True})
+        try:
+            with pytest.raises(FatalProducerError) as e:
+                p.init_transactions()
+        finally:
+            p.close()
+        assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in str(e.value)
+        assert "Start the broker with transaction.two.phase.commit.enable=true" in str(e.value)
+        started = time.monotonic()
+        r = _example(b, tmp_path / "orders.db", "orders")
+        assert r.returncode == 1 and time.monotonic() - started < 20
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("tidegate.client.errors.FatalProducerError: InitProducerId")
+        assert "transaction.two.phase.commit.enable=true" in last, last
+        assert _db_orders(tmp_path / "orders.db") == []
+    finally:
+        b.stop()

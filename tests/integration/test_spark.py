@@ -21,8 +21,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from tests.integration.conftest import BrokerProcess
 
-from tidegate.client import Admin, NewTopic
+from tidegate.client import Admin, NewTopic, Producer
 from tidegate.spark import register
+from tidegate.spark.stream_writer import TidegateStreamWriter, TwoPhaseCommitRefusedError
 
 pytestmark = pytest.mark.interop
 
@@ -31,8 +32,8 @@ TOPICS = {"sp-a": 3, "sp-b": 2}
 
 @pytest.fixture(scope="module")
 def sbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("spark") / "data",
-                      overrides={"transaction.two.phase.commit.enable": "true"})
+    # default settings, as `make run`: the exactly-once sink needs nothing more (issue 21)
+    b = BrokerProcess(tmp_path_factory.mktemp("spark") / "data")
     b.start()
     try:
         yield b
@@ -256,3 +257,29 @@ def test_exactly_once_stream_write_survives_a_replayed_batch(
         open_txns = [t for t in admin.list_transactions(states=["Ongoing"])
                      if t.transactional_id.startswith("tidegate-spark-")]
     assert open_txns == []
+
+
+def test_exactly_once_sink_refused_two_phase_commit_says_what_to_do(tmp_path: Path) -> None:
+    """A broker with transaction.two.phase.commit.enable=false: the sink's task producer
+    fails at once with an error naming the setting and exactlyOnce=false (the text Spark
+    shows first in the query's exception)."""
+    b = BrokerProcess(tmp_path / "data",
+                      overrides={"transaction.two.phase.commit.enable": "false"})
+    b.start()
+    try:
+        producer = Producer({"bootstrap.servers": b.bootstrap,
+                             "transactional.id": "tidegate-spark-refused",
+                             "transaction.two.phase.commit.enable": True})
+        started = time.monotonic()
+        try:
+            with pytest.raises(TwoPhaseCommitRefusedError) as e:
+                TidegateStreamWriter._init(producer)
+        finally:
+            producer.close()
+        assert time.monotonic() - started < 10
+        text = str(e.value)
+        assert "transaction.two.phase.commit.enable=true" in text
+        assert '.option("exactlyOnce", "false")' in text
+        assert "'tidegate-spark-refused'" in text
+    finally:
+        b.stop()

@@ -11,6 +11,7 @@ broker process, with confluent-kafka (librdkafka) transactional producers.
 - `txn abort` (by producer id, and by start offset) writes an ABORT marker: the last
   stable offset reaches the log end and read_committed consumers see none of the
   aborted records;
+- `txn force-terminate` aborts a prepared (KIP-939) transaction through its coordinator;
 - `txn find-hanging` follows Kafka's rule: an old transaction the coordinator knows as
   Ongoing with that partition is not hanging; once the coordinator's state is lost
   (its `__transaction_state` logs deleted while the broker is down) the same open
@@ -36,6 +37,7 @@ from tests.integration.rawclient import RawClient
 from tests.integration.test_transactions import create, read_all
 
 from tidegate.client import Admin, TopicPartition
+from tidegate.client import Producer as TidegateProducer
 from tidegate.client.types import ProducerState
 from tidegate.records.builder import build_batch
 
@@ -127,7 +129,8 @@ def test_list_describe_and_describe_producers_show_an_open_transaction(
     assert txn_id in [r[0] for r in ok(txn(broker, "list", "--state", "Ongoing"))]
     assert txn_id not in txn(broker, "list", "--state", "CompleteCommit").stdout
     assert txn_id in txn(broker, "list", "--producer-id", str(pid)).stdout
-    assert txn_id not in txn(broker, "list", "--producer-id", str(pid + 1000)).stdout
+    none = txn(broker, "list", "--producer-id", str(pid + 1000))
+    assert (none.stdout, none.stderr) == ("", "no transactions match the filters\n")
     assert txn_id not in txn(broker, "list", "--min-duration-ms", "3600000").stdout
     bad = txn(broker, "list", "--state", "Running")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
@@ -253,6 +256,44 @@ def test_abort_by_producer_id_and_by_start_offset(broker: BrokerProcess) -> None
     assert sorted(read_all(broker.bootstrap, topic, "read_committed")) == [b"kept-1", b"kept-2"]
     uncommitted = read_all(broker.bootstrap, topic, "read_uncommitted")
     assert len(uncommitted) == 2 + 4 + 3  # the aborted records are in the log
+
+
+def test_force_terminate_ends_a_prepared_transaction(broker: BrokerProcess) -> None:
+    """KIP-939: a prepared transaction (never timed out, on a broker with default
+    settings) is listed, then aborted through its coordinator by `force-terminate`."""
+    topic, txn_id = name("prepared"), name("sink")
+    create(broker.bootstrap, topic, partitions=2)
+    none = txn(broker, "list")  # a fresh broker: nothing yet
+    assert (none.returncode, none.stdout, none.stderr) == (0, "", "no transactions\n")
+    p = TidegateProducer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id,
+                          "transaction.two.phase.commit.enable": True})
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        for part in (0, 1):
+            p.send(topic, b"prepared", partition=part)
+        prepared = p.prepare_transaction()
+    finally:
+        p.close()  # the process is gone; the transaction stays prepared
+    [row] = [r for r in ok(txn(broker, "list", "--state", "Ongoing")) if r[0] == txn_id]
+    assert row[2] == str(prepared.producer_id)
+    tp0 = TopicPartition(topic, 0)
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        assert offsets(admin, tp0) == (0, 1)
+
+        r = txn(broker, "force-terminate", txn_id)
+        assert r.returncode == 0, r.stderr
+        assert (f"Aborted the transaction of {txn_id!r} (producer {prepared.producer_id}, "
+                f"epoch {prepared.epoch}) in {topic}-0, {topic}-1") in r.stdout
+        assert offsets(admin, tp0) == (2, 2)  # the ABORT marker is at 1
+        after = admin.describe_transactions([txn_id])[txn_id]
+        assert after.state == "Empty" and after.producer_epoch > prepared.epoch
+    assert read_all(broker.bootstrap, topic, "read_committed") == []
+    again = txn(broker, "force-terminate", txn_id)
+    assert again.returncode == 0 and "had no open transaction (Empty)" in again.stdout
+    missing = txn(broker, "force-terminate", "no-such-id")
+    assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
+    assert "no-such-id" not in txn(broker, "list").stdout  # no id created by the typo
 
 
 def test_find_hanging_uses_kafkas_rule_and_abort_clears_it(broker: BrokerProcess) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tidegate.cli.topics import add_bootstrap, run_client
+from tidegate.cli.topics import add_bootstrap, print_none, run_client
 from tidegate.client.admin import AsyncAdmin
 from tidegate.client.net import BrokerConnection, parse_address
 from tidegate.client.types import TopicPartition
@@ -237,6 +237,8 @@ async def _list(client: GroupClient, args: argparse.Namespace) -> int:
     if groups:
         _table([["GROUP", "STATE", "PROTOCOL-TYPE"]] +
                [[g, s or "-", pt or "-"] for g, pt, s in groups])
+    else:
+        print_none("no consumer groups")
     return 0
 
 

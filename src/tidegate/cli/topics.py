@@ -7,6 +7,9 @@ line saying what went wrong and what to do, and exit non-zero.
 `describe` ends with one line per broker log directory: its free space (DescribeLogDirs
 v4) and a warning when that is under the broker's `log.dir.free.space.warn.bytes`.
 
+`list` prints one name per line; with no topic it prints "no topics" on stderr (as the
+other list commands do), so a script reading stdout still gets nothing.
+
 This module also holds the two helpers the client commands share (`add_bootstrap`,
 `run_client`), to keep the CLI to one module per command.
 """
@@ -50,6 +53,12 @@ def run_client(command: str, main: Callable[[], Awaitable[int]]) -> int:
 
 async def _guard(main: Callable[[], Awaitable[int]]) -> int:
     return await main()
+
+
+def print_none(message: str) -> None:
+    """A list command found nothing: say so on stderr, for the person at the terminal
+    (stdout stays empty for scripts that read the names or rows)."""
+    print(message, file=sys.stderr)
 
 
 def parse_pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -125,8 +134,12 @@ async def _create(admin: AsyncAdmin, args: argparse.Namespace) -> int:
 
 
 async def _list(admin: AsyncAdmin, args: argparse.Namespace) -> int:
-    for name in await admin.list_topics(include_internal=args.include_internal):
+    names = await admin.list_topics(include_internal=args.include_internal)
+    for name in names:
         print(name)
+    if not names:
+        print_none("no topics" + ("" if args.include_internal else
+                                  " (internal topics are listed with --include-internal)"))
     return 0
 
 

@@ -1,6 +1,6 @@
-"""`tidegate txn list|describe|describe-producers|find-hanging|abort`: inspect
-transactions and recover from hanging ones (like Kafka's `kafka-transactions.sh`,
-KIP-664).
+"""`tidegate txn list|describe|describe-producers|find-hanging|abort|force-terminate`:
+inspect transactions and recover from hanging ones (like Kafka's
+`kafka-transactions.sh`, KIP-664 and KIP-939).
 
 A *hanging* transaction is one a partition's producer state shows open that its
 coordinator will never end: it pins the partition's last stable offset, so
@@ -12,6 +12,13 @@ lists its producer id, the coordinator does not know its transactional id, or th
 coordinator's transaction does not include the partition. `abort` writes an ABORT
 marker into one partition (WriteTxnMarkers) with the producer epoch and coordinator
 epoch the partition reports, and prints the partition's new last stable offset.
+
+`force-terminate` ends a transactional id's transaction through its coordinator (KIP-939's
+forceTerminateTransaction): a transactional producer with that id calls
+`init_transactions()`, which fences the id's producer and aborts its transaction in every
+partition. It is the way to end a *prepared* two-phase-commit transaction, which the
+coordinator never times out; `abort` (one partition, behind the coordinator's back) is
+for transactions the coordinator does not know.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tidegate.cli.topics import add_bootstrap, run_client
+from tidegate.cli.topics import add_bootstrap, print_none, run_client
 from tidegate.client.admin import AsyncAdmin
+from tidegate.client.producer import AsyncProducer
 from tidegate.client.types import ProducerState, TopicPartition
 from tidegate.common.errors import ErrorCode, KafkaError
 
@@ -70,7 +78,11 @@ def add_parser(sub: Any) -> None:
     ab.add_argument("--producer-epoch", type=int, help="with --producer-id and "
                     "--coordinator-epoch: use these instead of asking the partition")
     ab.add_argument("--coordinator-epoch", type=int)
-    for leaf in (lst, d, dp, fh, ab):
+    ft = actions.add_parser("force-terminate",
+                            help="abort a transactional id's transaction (prepared ones "
+                                 "too) through its coordinator, fencing its producer")
+    ft.add_argument("transactional_id", metavar="TRANSACTIONAL_ID")
+    for leaf in (lst, d, dp, fh, ab, ft):
         add_bootstrap(leaf)
     p.set_defaults(func=run)
 
@@ -103,6 +115,10 @@ async def _list(admin: AsyncAdmin, args: argparse.Namespace) -> int:
         _table([["TRANSACTIONAL-ID", "COORDINATOR", "PRODUCER-ID", "STATE"]] +
                [[t.transactional_id, str(t.coordinator_id), str(t.producer_id), t.state]
                 for t in found])
+    elif args.state or args.producer_id or args.min_duration_ms >= 0:
+        print_none("no transactions match the filters")
+    else:
+        print_none("no transactions")
     return 0
 
 
@@ -249,7 +265,31 @@ async def _abort(admin: AsyncAdmin, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _force_terminate(admin: AsyncAdmin, args: argparse.Namespace) -> int:
+    tid = args.transactional_id
+    # an unknown id is an error here, not a new id left behind by a typo
+    before = (await admin.describe_transactions([tid]))[tid]
+    # Without two-phase commit, so it works whatever the broker's setting; a plain
+    # InitProducerId ends a prepared transaction like any other.
+    async with AsyncProducer({"bootstrap.servers": args.bootstrap_server,
+                              "client.id": "tidegate-txn", "transactional.id": tid}) as p:
+        await p.init_transactions()
+    if before.state == "Ongoing":
+        print(f"Aborted the transaction of {tid!r} (producer {before.producer_id}, epoch "
+              f"{before.producer_epoch}) in "
+              f"{', '.join(f'{tp.topic}-{tp.partition}' for tp in before.partitions) or '-'}"
+              "; its producer is fenced.")
+    elif before.state in ("PrepareCommit", "PrepareAbort"):
+        # past the point of no return: InitProducerId lets the coordinator finish it
+        outcome = "commit" if before.state == "PrepareCommit" else "abort"
+        print(f"{tid!r} was completing its {outcome} ({before.state}); the {outcome} "
+              "finished and its producer is fenced.")
+    else:
+        print(f"{tid!r} had no open transaction ({before.state}); its producer is fenced.")
+    return 0
+
+
 ACTIONS: dict[str, Callable[[AsyncAdmin, argparse.Namespace], Awaitable[int]]] = {
     "list": _list, "describe": _describe, "describe-producers": _describe_producers,
-    "find-hanging": _find_hanging, "abort": _abort,
+    "find-hanging": _find_hanging, "abort": _abort, "force-terminate": _force_terminate,
 }

@@ -23,7 +23,9 @@ transaction version 2 every EndTxn bumps the epoch; under version 1 the helper b
 it after each transaction, so a resolver never mistakes an old record for a new one.
 
 The transactional id must belong to this one process (one writer per id, as for any
-transactional producer); the broker needs ``transaction.two.phase.commit.enable=true``.
+transactional producer); the broker needs ``transaction.two.phase.commit.enable=true``
+(Tidegate's default; Kafka's is false). A broker with it false refuses `start()` with a
+`FatalProducerError` whose message names that setting.
 """
 
 from __future__ import annotations

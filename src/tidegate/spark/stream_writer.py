@@ -21,6 +21,12 @@ from the same checkpoint; tasks read it and N from the task's local properties):
 3. Replays: if the decision for N exists, `commit` completes the recorded winners again
    (a no-op for those already committed) and writes nothing new.
 
+The producers use two-phase commit, which the broker must allow
+(``transaction.two.phase.commit.enable``, true by default in Tidegate): a refusal
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED) becomes `TwoPhaseCommitRefusedError`, whose
+message — the last line of the Python traceback Spark shows — names the setting and the
+``exactlyOnce=false`` alternative.
+
 Invariant: a batch's rows become visible iff its decision record exists, once: before
 the record every prepared transaction can still be aborted, after it every winner is
 committed by whichever driver gets there. `abort(messages, N)` aborts the batch's
@@ -49,16 +55,34 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from tidegate.client import Admin, Consumer, PreparedTxnState, Producer, TopicPartition
+from tidegate.client import (
+    Admin,
+    Consumer,
+    FatalProducerError,
+    PreparedTxnState,
+    Producer,
+    TopicPartition,
+)
 from tidegate.client.consumer.group_offsets import OffsetAndMetadata
 from tidegate.spark.options import WriteOptions, client_config
 from tidegate.spark.writer import RowEncoder, WriteResult, send_rows
 
-__all__ = ["TidegateStreamWriter", "TxnWriteResult"]
+__all__ = ["TidegateStreamWriter", "TwoPhaseCommitRefusedError", "TxnWriteResult"]
 
 QUERY_ID_KEY = "sql.streaming.queryId"
 BATCH_ID_KEY = "streaming.sql.batchId"
 KILL_POINTS = ("before_decision", "after_decision", "after_broker_commit", "task_write")
+TWO_PC_REFUSED = (
+    "the exactly-once sink needs two-phase commit (KIP-939) and the broker refused it "
+    "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for {txn_id!r}): start the broker with "
+    "transaction.two.phase.commit.enable=true (Tidegate's default; Kafka's is false), "
+    "or write at least once with .option(\"exactlyOnce\", \"false\"). With an "
+    "authorizer, the principal also needs WRITE and TWO_PHASE_COMMIT on the "
+    "transactional id.")
+
+
+class TwoPhaseCommitRefusedError(RuntimeError):
+    """The broker refused the exactly-once sink's two-phase-commit producer."""
 
 
 def _test_kill(point: str, batch_id: int) -> None:
@@ -127,6 +151,19 @@ class TidegateStreamWriter(DataSourceStreamWriter):
         return Producer(client_config(self.opts.kafka, "producer", **{
             "transactional.id": txn_id, "transaction.two.phase.commit.enable": True}))
 
+    @staticmethod
+    def _init(producer: Producer, keep_prepared_txn: bool = False) -> PreparedTxnState | None:
+        """`init_transactions`, turning the broker's refusal of two-phase commit into
+        an error that says what to do (its text is the first line Spark shows)."""
+        try:
+            return producer.init_transactions(keep_prepared_txn=keep_prepared_txn)
+        except FatalProducerError as e:
+            if e.name != "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+                raise
+            # `from None`: the client's message says the same, without the Spark option
+            raise TwoPhaseCommitRefusedError(
+                TWO_PC_REFUSED.format(txn_id=producer.config.transactional_id)) from None
+
     # -- executor -----------------------------------------------------------------
 
     def write(self, iterator: Iterator[Any]) -> WriteResult:
@@ -147,7 +184,7 @@ class TidegateStreamWriter(DataSourceStreamWriter):
             return TxnWriteResult(0, part, attempt, None, query_id, batch_id, skipped=True)
         txn_id = f"{self._txn_prefix(query_id, batch_id)}{part}-{attempt}"
         with self._txn_producer(txn_id) as producer:
-            producer.init_transactions()
+            self._init(producer)
             producer.begin_transaction()
             try:
                 n = send_rows(producer, self.encoder, iterator)
@@ -186,7 +223,7 @@ class TidegateStreamWriter(DataSourceStreamWriter):
             state = PreparedTxnState.from_json(text)
             keep.add(state.transactional_id)
             with self._txn_producer(state.transactional_id) as producer:
-                if producer.init_transactions(keep_prepared_txn=True) is not None:
+                if self._init(producer, keep_prepared_txn=True) is not None:
                     producer.complete_transaction(state, commit=True)
         self._abort_open(query_id, batchId, keep)
         _test_kill("after_broker_commit", batchId)
@@ -211,4 +248,4 @@ class TidegateStreamWriter(DataSourceStreamWriter):
                 continue
             if txn_batch <= batch_id:
                 with self._txn_producer(tid) as producer:
-                    producer.init_transactions()  # fences the id and aborts its transaction
+                    self._init(producer)  # fences the id and aborts its transaction

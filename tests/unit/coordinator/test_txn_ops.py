@@ -216,7 +216,10 @@ def test_init_in_prepare_commit_is_concurrent(d: TxnDriver) -> None:
     assert d.meta().state is TxnState.PREPARE_COMMIT
 
 
-def test_2pc_requires_the_broker_switch(d: TxnDriver) -> None:
+def test_2pc_requires_the_broker_switch(tmp_path: Path) -> None:
+    # on by default in Tidegate (off in Kafka); an operator can turn it off
+    assert TxnConfig().two_phase_commit_enable
+    d = TxnDriver(tmp_path, TxnConfig(two_phase_commit_enable=False))
     assert d.init(enable_2pc=True).error is E.transactional_id_authorization_failed
 
 

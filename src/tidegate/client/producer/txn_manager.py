@@ -71,6 +71,14 @@ if TYPE_CHECKING:
 __all__ = ["TransactionManager"]
 
 log = logging.getLogger("tidegate.client.producer.txn")
+# Why a two-phase-commit producer gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and what to
+# do: the bare code reads like an ACL problem, but the usual cause is the broker setting.
+TWO_PC_REFUSED = (
+    ": the broker refused two-phase commit (KIP-939; this producer has "
+    "transaction.two.phase.commit.enable=true). Start the broker with "
+    "transaction.two.phase.commit.enable=true (Tidegate's default, Kafka's is false); "
+    "if the broker has an authorizer, the principal also needs WRITE and TWO_PHASE_COMMIT "
+    "on the transactional id")
 S = TxnState
 _NONE = ErrorCode.none
 
@@ -203,8 +211,10 @@ class TransactionManager:
             codes=lambda r: (r.error_code,), least=6 if two_pc else (3 if bump else 0))
         if resp.error_code != _NONE:
             code = resp.error_code
-            fatal = fatal_error(code, f"InitProducerId for {self.tid!r} failed: "
-                                      f"{code.name.upper()}")
+            message = f"InitProducerId for {self.tid!r} failed: {code.name.upper()}"
+            if two_pc and code == ErrorCode.transactional_id_authorization_failed:
+                message += TWO_PC_REFUSED
+            fatal = fatal_error(code, message)
             self._idem.set_fatal(fatal)
             raise fatal
         idem.set_producer_id(int(resp.producer_id), int(resp.producer_epoch), [])

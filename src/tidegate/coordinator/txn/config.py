@@ -16,7 +16,9 @@ class TxnConfig:
     abort_timed_out_interval_ms: int = 10_000
     # transaction.remove.expired.transaction.cleanup.interval.ms
     remove_expired_interval_ms: int = 3_600_000
-    two_phase_commit_enable: bool = False  # transaction.two.phase.commit.enable (KIP-939)
+    # transaction.two.phase.commit.enable (KIP-939): true by default in Tidegate (false
+    # in Kafka), for the exactly-once Spark sink and the check-back helper
+    two_phase_commit_enable: bool = True
     # Kafka's `transaction.version` feature level: >= 1 writes TransactionLogValue v1
     # (flexible), 2 lets clients bump the epoch on every EndTxn (KIP-890 part 2) and is
     # the version used for aborts the coordinator starts itself.
@@ -53,6 +55,7 @@ class TxnConfig:
                 d.remove_expired_interval_ms,
             ),
             two_phase_commit_enable=(
-                get_bool("transaction.two.phase.commit.enable") if get_bool else False
+                get_bool("transaction.two.phase.commit.enable") if get_bool
+                else d.two_phase_commit_enable
             ),
         )
