@@ -30,6 +30,7 @@ from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.storage.log import UNVERIFIED, AppendInfo, Log
 
 if TYPE_CHECKING:
+    from tidegate.server.leadership import Leadership
     from tidegate.server.replica_manager import ReplicaManager
 
 NO_EPOCH = -1
@@ -48,7 +49,8 @@ class UnknownLeaderEpochError(KafkaError):
 
 
 class Partition:
-    __slots__ = ("_manager", "index", "is_leader", "leader_epoch", "log", "stamp_epoch", "topic")
+    __slots__ = ("_manager", "index", "is_leader", "leader_epoch", "leader_id", "leadership",
+                 "log", "stamp_epoch", "topic")
 
     def __init__(
         self,
@@ -66,6 +68,9 @@ class Partition:
         self.log = log
         self.leader_epoch = leader_epoch
         self.is_leader = is_leader
+        self.leader_id = -1  # in a cluster: the leader this follower replicates from
+        # in a cluster, while leading: HW over the ISR, acks=all, ISR changes
+        self.leadership: Leadership | None = None
         # Embedded: batches keep partition_leader_epoch -1, as before cluster mode.
         self.stamp_epoch = stamp_epoch
         self._manager = manager

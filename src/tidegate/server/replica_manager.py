@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from tidegate.common.errors import UnknownTopicOrPartitionError
+from tidegate.common.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from tidegate.server.durability import Flushable, GroupCommit
-from tidegate.server.partition import NO_EPOCH, Partition
+from tidegate.server.leadership import Leadership
+from tidegate.server.partition import NO_EPOCH, NotLeaderOrFollowerError, Partition
 from tidegate.storage.log import Log
 from tidegate.storage.log_manager import LogManager
 
@@ -41,8 +42,17 @@ TopicPartition = tuple[str, int]
 
 
 class ReplicaManager:
-    def __init__(self, logs: LogManager) -> None:
+    def __init__(self, logs: LogManager, *, cluster: bool = False) -> None:
         self.logs = logs
+        # In a cluster a replica leads only once the controller's state says so
+        # (`become_leader`); on the embedded broker every partition is led here.
+        self.cluster = cluster
+        # cluster: whether the cluster's metadata knows a partition (hosted here or not)
+        self.exists: Callable[[str, int], bool] | None = None
+        # cluster: told when a partition becomes leader, follower or goes (the fetchers)
+        self.on_role_change: Callable[[Partition], None] | None = None
+        # cluster: writes a leader's ISR change to ZooKeeper (server/cluster/isr.py)
+        self.isr_writer: Callable[[Partition, tuple[int, ...]], None] | None = None
         self.group_commit = GroupCommit(self._on_flushed)
         self._partitions: dict[TopicPartition, Partition] = {}
         self._by_log: dict[int, Partition] = {}  # id(Log) -> its partition
@@ -62,7 +72,8 @@ class ReplicaManager:
         if part is None or part.log is not lg:  # new, or the topic was re-created
             if part is not None:
                 self._forget(part)
-            part = Partition(topic, index, lg, self)
+            part = Partition(topic, index, lg, self, is_leader=not self.cluster,
+                             leader_epoch=-1 if self.cluster else 0, stamp_epoch=self.cluster)
             self._partitions[tp] = part
             self._by_log[id(lg)] = part
         return part
@@ -73,6 +84,9 @@ class ReplicaManager:
         """The partition if this broker leads it at `current_leader_epoch`; else raises."""
         part = self.partition(topic, index)
         if part is None:
+            if self.exists is not None and self.exists(topic, index):
+                raise NotLeaderOrFollowerError(
+                    f"this broker holds no replica of {topic}-{index}")
             raise UnknownTopicOrPartitionError(
                 f"this server does not host {topic}-{index}")
         part.check_leader(current_leader_epoch)
@@ -91,8 +105,86 @@ class ReplicaManager:
     def load(self) -> None:
         """After the logs are loaded: the embedded HW starts at the log end (all of it
         was fsynced by recovery or a clean shutdown)."""
+        if self.cluster:
+            return  # HWs come from the checkpoint, then from the leaders (LogManager)
         for part in self.partitions():
             part.log.update_high_watermark(part.log.log_end_offset)
+
+    # -- roles (cluster mode: server/cluster/node.py applies the controller's states) --
+
+    def become_leader(
+        self, topic: str, index: int, leader_epoch: int, *, replicas: Sequence[int] = (),
+        isr: Sequence[int] = (), zk_version: int = 0, controller_epoch: int = 0,
+    ) -> Partition | None:
+        """Lead `topic`-`index` from `leader_epoch` on (the replica must exist here). The
+        same epoch again with a newer state znode version is an ISR change."""
+        part = self.partition(topic, index)
+        if part is None:
+            return None
+        lead = part.leadership
+        if self.cluster and leader_epoch < part.leader_epoch:
+            return part  # a stale state read after a newer one: ignore it
+        if part.is_leader and part.leader_epoch == leader_epoch:
+            if lead is not None:
+                lead.committed_isr(isr, zk_version)
+            return part
+        was = "leader" if part.is_leader else "follower"
+        if lead is not None:
+            lead.resign()
+        part.is_leader = True
+        part.leader_epoch = leader_epoch
+        part.leader_id = self.logs.node_id
+        if self.cluster:
+            lg = part.log
+            lg.leader_epoch_cache.assign(leader_epoch, lg.log_end_offset)
+            part.leadership = Leadership(
+                lg, self.logs.clock, leader_id=self.logs.node_id, leader_epoch=leader_epoch,
+                replicas=replicas or (self.logs.node_id,), isr=isr or (self.logs.node_id,),
+                zk_version=zk_version, controller_epoch=controller_epoch,
+                durable_position=self.syncs_every_write(lg))
+        log.info("%s-%d: now leader at epoch %d (was %s), ISR %s", topic, index, leader_epoch,
+                 was, list(isr))
+        self._notify(part.tp)  # fetches waiting as the old role must re-check
+        if self.on_role_change is not None:
+            self.on_role_change(part)
+        return part
+
+    def become_follower(self, topic: str, index: int, leader: int,
+                        leader_epoch: int) -> Partition | None:
+        part = self.partition(topic, index)
+        if part is None:
+            return None
+        if leader_epoch < part.leader_epoch or (
+                not part.is_leader and part.leader_epoch == leader_epoch
+                and part.leader_id == leader):
+            return part  # stale, or nothing new
+        if part.is_leader:
+            log.info("%s-%d: leader -> follower of %d at epoch %d", topic, index, leader,
+                     leader_epoch)
+        if part.leadership is not None:
+            part.leadership.resign()
+            part.leadership = None
+        part.is_leader = False
+        part.leader_epoch = leader_epoch
+        part.leader_id = leader
+        self._notify(part.tp)
+        if self.on_role_change is not None:
+            self.on_role_change(part)
+        return part
+
+    def stop_replica(self, topic: str, index: int) -> None:
+        """This broker no longer holds `topic`-`index`: drop it and its data."""
+        part = self._partitions.get((topic, index))
+        if part is not None:
+            part.is_leader = False
+            if part.leadership is not None:
+                part.leadership.resign()
+                part.leadership = None
+            if self.on_role_change is not None:
+                self.on_role_change(part)
+            self._forget(part)
+        self._notify((topic, index))
+        self.logs.remove_replica(topic, index)
 
     def forget_topic(self, topic: str, partitions: int) -> None:
         """Before a topic's logs are deleted: stop flushing them, wake their fetches."""
@@ -122,9 +214,18 @@ class ReplicaManager:
             self.group_commit.mark_dirty(lg)
         else:
             self._advance_hw(lg, lg.log_end_offset)
+        if part.leadership is not None:
+            self._notify(part.tp)  # followers long-poll for appends, not HW moves
 
     async def wait_durable(self, lg: Log, offset: int) -> None:
-        """Return once `lg` is durable up to `offset` and the high watermark covers it."""
+        """Return once `lg` is durable up to `offset` and the high watermark covers it
+        (in a cluster: committed over the ISR, as acks=all; see `wait_committed`)."""
+        part = self._by_log.get(id(lg)) if self.cluster else None
+        if part is not None and part.leadership is not None:
+            code = await self.wait_committed(part, offset)
+            if code != ErrorCode.none:
+                raise KafkaError(f"{part.topic}-{part.index}: {code.name}", code=code)
+            return
         if self.syncs_every_write(lg):
             await self.group_commit.wait_durable(lg, offset)
             # The flush raises the recovery point in its worker thread; the flusher moves
@@ -132,18 +233,96 @@ class ReplicaManager:
             # recovery point already past it must not be answered before that move.
             self._advance_hw(lg, lg.recovery_point)
 
-    async def wait_committed(self, part: Partition, offset: int) -> None:
-        await self.wait_durable(part.log, offset)
+    async def wait_committed(self, part: Partition, offset: int,
+                             timeout: float | None = None) -> ErrorCode:
+        """acks=all: durable here, then (cluster) the HW over the ISR past `offset`.
+        Returns the error to answer: NONE, REQUEST_TIMED_OUT,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND; raises NOT_LEADER_OR_FOLLOWER if leadership
+        moved meanwhile."""
+        await self.wait_local_durable(part.log, offset)
+        lead = part.leadership
+        if lead is None:
+            if self.cluster and not part.is_leader:
+                raise NotLeaderOrFollowerError(f"leadership of {part.topic}-{part.index} moved")
+            return ErrorCode.none
+        return await lead.wait_high_watermark(offset, timeout)
+
+    async def wait_local_durable(self, lg: Log, offset: int) -> None:
+        """Durable in this broker's log (acks=1 in a cluster; a follower's fetched data)."""
+        if self.syncs_every_write(lg):
+            await self.group_commit.wait_durable(lg, offset)
+            part = self._by_log.get(id(lg))
+            if part is None or part.leadership is None:
+                if not self.cluster:
+                    self._advance_hw(lg, lg.recovery_point)
+            else:
+                part.leadership.on_leader_progress()
 
     def _on_flushed(self, target: Flushable, recovery_point: int) -> None:
         if isinstance(target, Log) and self.syncs_every_write(target):
             self._advance_hw(target, recovery_point)
 
     def _advance_hw(self, lg: Log, hw: int) -> None:
-        if lg.update_high_watermark(hw):  # clamps to the log end; also moves the LSO
-            part = self._by_log.get(id(lg))
-            if part is not None:
+        part = self._by_log.get(id(lg))
+        if self.cluster:
+            # a leader's HW is the ISR's (Leadership); a follower's comes from its leader
+            if (part is not None and part.leadership is not None
+                    and part.leadership.on_leader_progress()):
                 self._notify(part.tp)
+            return
+        # clamps to the log end; also moves the LSO
+        if lg.update_high_watermark(hw) and part is not None:
+            self._notify(part.tp)
+
+    # -- ISR changes (cluster) --------------------------------------------------------
+
+    def propose_isr_expansion(self, part: Partition, replica_id: int) -> None:
+        lead = part.leadership
+        if lead is None or self.isr_writer is None:
+            return
+        new = lead.expansion_for(replica_id)
+        if new is not None:
+            self._write_isr(part, new)
+
+    def propose_isr_shrinks(self, lag_time_ms: int) -> None:
+        """The periodic check (every replica.lag.time.max.ms / 2): drop followers that
+        have not caught up for `lag_time_ms` from the ISR of every partition led here."""
+        if self.isr_writer is None:
+            return
+        for part in list(self._partitions.values()):
+            lead = part.leadership
+            if lead is None:
+                continue
+            new = lead.shrink_proposal(lag_time_ms)
+            if new is not None:
+                log.info("%s-%d: shrinking the ISR from %s to %s (followers behind for "
+                         "more than %d ms)", part.topic, part.index, list(lead.state.isr),
+                         list(new), lag_time_ms)
+                self._write_isr(part, new)
+
+    def _write_isr(self, part: Partition, new: tuple[int, ...]) -> None:
+        lead = part.leadership
+        assert lead is not None and self.isr_writer is not None
+        lead.state.begin_isr_change(new)
+        lead.isr_write_running = True
+        self.isr_writer(part, new)
+
+    def isr_written(self, part: Partition, isr: tuple[int, ...], zk_version: int | None) -> None:
+        """The ISR writer's answer: the new znode version, or None if the conditional
+        write failed (the state changed: the metadata watcher brings the new one)."""
+        lead = part.leadership
+        if lead is None:
+            return
+        lead.isr_write_running = False
+        if zk_version is None:
+            lead.state.abort_isr_change()
+        else:
+            lead.committed_isr(isr, zk_version)
+            self._notify(part.tp)
+
+    def notify(self, tp: TopicPartition) -> None:
+        """Wake fetches waiting on `tp` (a follower's HW moved, a role changed)."""
+        self._notify(tp)
 
     # -- fetch wake-ups --------------------------------------------------------------
 

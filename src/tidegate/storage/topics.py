@@ -42,6 +42,14 @@ class TopicMeta:
     topic_id: uuid.UUID
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)  # explicit overrides only
+    # Cluster mode: the partitions this broker holds a replica of (the controller's
+    # assignment decides). None on the embedded broker: every partition is here.
+    hosted: frozenset[int] | None = None
+
+    def local_partitions(self) -> range | list[int]:
+        if self.hosted is None:
+            return range(self.partitions)
+        return sorted(p for p in self.hosted if p < self.partitions)
 
 
 def validate_topic_name(name: str) -> None:
@@ -76,6 +84,7 @@ def save_topics(log_dir: Path, topics: Mapping[str, TopicMeta]) -> None:
                 "topic_id": kafka_uuid(t.topic_id),
                 "partitions": t.partitions,
                 "configs": dict(sorted(t.configs.items())),
+                **({} if t.hosted is None else {"hosted": sorted(t.hosted)}),
             }
             for t in sorted(topics.values(), key=lambda t: t.name)
         ],
@@ -99,6 +108,7 @@ def load_topics(log_dir: Path) -> dict[str, TopicMeta]:
                 topic_id=parse_kafka_uuid(str(t["topic_id"])),
                 partitions=int(t["partitions"]),
                 configs={str(k): str(v) for k, v in t["configs"].items()},
+                hosted=(frozenset(int(p) for p in t["hosted"]) if "hosted" in t else None),
             )
             topics[meta.name] = meta
         return topics

@@ -8,7 +8,6 @@ from typing import Any
 from tidegate.common.errors import (
     ErrorCode,
     InvalidPartitionsError,
-    InvalidReplicationFactorError,
     InvalidRequestError,
     KafkaError,
     UnknownTopicOrPartitionError,
@@ -21,36 +20,14 @@ from tidegate.server.handlers.common import ZERO_UUID, error_fields
 from tidegate.server.handlers.configs import describe_topic_configs, validate_topic_configs
 from tidegate.server.handlers.metadata import brokers_payload
 from tidegate.server.handlers.operations import CLUSTER_OPS, authorized_operations
+from tidegate.server.topic_admin import check_assignment_shape, invalid_assignment
 
 log = logging.getLogger(__name__)
 
 
-def _invalid_assignment(message: str) -> KafkaError:
-    return KafkaError(message, code=ErrorCode.invalid_replica_assignment)
-
-
-def _check_replication(broker: Broker, factor: int, assignments: Any) -> None:
-    """A replication factor this one node can hold, and assignments naming only it.
-
-    As in Kafka, an assignment naming an unknown broker, naming one twice, or naming
-    none is INVALID_REPLICA_ASSIGNMENT; too large a factor is INVALID_REPLICATION_FACTOR.
-    """
-    if factor not in (-1, 1) and factor is not None:
-        raise InvalidReplicationFactorError(
-            f"replication factor {factor} is larger than the 1 available broker"
-        )
-    for a in assignments or ():
-        ids = [int(i) for i in view(a, "broker_ids", ()) or ()]
-        if not ids:
-            raise _invalid_assignment("a partition's replica assignment is empty")
-        if len(set(ids)) != len(ids):
-            raise _invalid_assignment(f"duplicate brokers in replica assignment {ids}")
-        unknown = sorted(set(ids) - {broker.node_id})
-        if unknown:
-            raise _invalid_assignment(
-                f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))} "
-                f"(the only broker is {broker.node_id})"
-            )
+def _assignment(assignments: Any) -> dict[int, list[int]]:
+    return {int(view(a, "partition_index", i)): [int(b) for b in view(a, "broker_ids", ()) or ()]
+            for i, a in enumerate(assignments or ())}
 
 
 async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -84,19 +61,23 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
                 partitions = broker.default_partitions()
             if partitions <= 0:
                 raise InvalidPartitionsError(f"number of partitions must be > 0, got {partitions}")
-            _check_replication(broker, int(t.replication_factor), assignments)
+            factor = int(t.replication_factor)
+            by_partition = _assignment(assignments)
+            check_assignment_shape(list(by_partition.values()))
+            broker.topic_admin.check_replication(factor, list(by_partition.values()))
             configs = {str(c.name): str(c.value) for c in t.configs if c.value is not None}
             validate_topic_configs(configs)
-            if name in broker.logs.topics:
+            if broker.metadata.topic(name) is not None:
                 raise KafkaError(
                     f"topic '{name}' already exists.", code=ErrorCode.topic_already_exists
                 )
-            if validate_only:
-                broker.logs.validate_new_topic(name, partitions, configs)
-            else:
-                out["topic_id"] = broker.create_topic(name, partitions, configs)
+            topic_id, factor = await broker.topic_admin.create_topic(
+                name, partitions, factor, by_partition or None, configs,
+                validate_only=validate_only)
+            if not validate_only:
+                out["topic_id"] = topic_id
             out["num_partitions"] = partitions
-            out["replication_factor"] = 1
+            out["replication_factor"] = factor
             out["configs"] = [
                 {
                     "name": c["name"],
@@ -135,20 +116,21 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
                     code=ErrorCode.topic_deletion_disabled,
                 )
             if not name and topic_id is not None and topic_id != ZERO_UUID:
-                meta = broker.logs.topic_by_id(topic_id)
-                if meta is None:
+                found = broker.metadata.topic_by_id(topic_id)
+                if found is None:
                     raise KafkaError(code=ErrorCode.unknown_topic_id)
-                name = meta.name
+                name = found.name
                 out["name"] = name
-            if not name or name not in broker.logs.topics:
+            tv = broker.metadata.topic(name) if name else None
+            if not name or tv is None:
                 raise UnknownTopicOrPartitionError(f"topic {name} does not exist")
             if name in INTERNAL_TOPICS:
                 raise KafkaError(
                     f"internal topic {name} cannot be deleted",
                     code=ErrorCode.invalid_topic_exception,
                 )
-            out["topic_id"] = broker.logs.topics[name].topic_id
-            broker.delete_topic(name)
+            out["topic_id"] = tv.topic_id
+            await broker.topic_admin.delete_topic(name)
         except KafkaError as e:
             out["error_code"], out["error_message"] = error_fields(e)
         responses.append(out)
@@ -160,24 +142,27 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
     for t in req.topics:
         out: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
         try:
-            meta = broker.logs.topics.get(t.name)
-            if meta is None:
+            tv = broker.metadata.topic(t.name)
+            if tv is None:
                 raise UnknownTopicOrPartitionError(f"topic {t.name} does not exist")
             count = int(t.count)
-            if count <= meta.partitions:
+            have = len(tv.partitions)
+            if count <= have:
                 raise InvalidPartitionsError(
-                    f"topic {t.name} has {meta.partitions} partitions; the new count must "
+                    f"topic {t.name} has {have} partitions; the new count must "
                     f"be larger, got {count}"
                 )
-            assignments = list(t.assignments or ())
-            if assignments and len(assignments) != count - meta.partitions:
-                raise _invalid_assignment(
-                    f"Increasing the number of partitions by {count - meta.partitions} "
+            assignments = [[int(b) for b in view(a, "broker_ids", ()) or ()]
+                           for a in t.assignments or ()]
+            if assignments and len(assignments) != count - have:
+                raise invalid_assignment(
+                    f"Increasing the number of partitions by {count - have} "
                     f"but {len(assignments)} assignments provided."
                 )
-            _check_replication(broker, 1, assignments)
+            check_assignment_shape(assignments)
+            await broker.topic_admin.create_partitions(
+                t.name, count, assignments or None, validate_only=bool(req.validate_only))
             if not req.validate_only:
-                broker.logs.create_partitions(t.name, count)
                 log.info("topic %s now has %d partitions", t.name, count)
         except KafkaError as e:
             out["error_code"], out["error_message"] = error_fields(e)

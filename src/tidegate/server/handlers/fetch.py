@@ -10,6 +10,14 @@ Fetch sessions (KIP-227): the broker answers session id 0, which tells clients t
 no session was created, so every fetch is a full fetch. All clients we test handle
 that, and it keeps no per-client state in the broker.
 
+Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere; KIP-320 checks of
+`current_leader_epoch`). A fetch from a follower broker (`replica_id` >= 0, in
+`replica_state` from v15) is replication: it reads up to the log end rather than the
+high watermark, its fetch offset is the follower's position (which moves the high
+watermark over the ISR and may add the follower to it, server/leadership.py), and a
+follower whose `last_fetched_epoch` disagrees with the leader's epoch history gets
+`diverging_epoch` to truncate to, and no records (Fetch v12+, as Kafka 2.7+).
+
 read_committed (`isolation_level` 1): data is returned only below the partition's last
 stable offset (the first offset of its oldest open transaction, else the high
 watermark), and the response lists the aborted transactions overlapping the returned
@@ -29,10 +37,18 @@ from tidegate.records.batch import parse_header, peek_size
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID, error_fields, resolve_topic
+from tidegate.server.partition import NO_EPOCH, Partition
 
 log = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
+
+
+def replica_id_of(req: Any) -> int:
+    state = view(req, "replica_state")
+    if state is not None:
+        return int(state.replica_id)
+    return int(view(req, "replica_id", -1))
 
 
 def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, Any]], int, bool]:
@@ -43,12 +59,12 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
     any_error = False
     topics_out: list[dict[str, Any]] = []
     first_data = True
+    replica_id = replica_id_of(req)
     for topic in req.topics:
         name, topic_id = resolve_topic(broker, topic)
         parts_out = []
         for p in topic.partitions:
             index = int(p.partition)
-            lg = broker.get_log(name, index) if name else None
             out: dict[str, Any] = {
                 "partition_index": index,
                 "error_code": ErrorCode.none,
@@ -59,22 +75,39 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                 "preferred_read_replica": -1,
                 "records": b"",
             }
-            if lg is None:
+            if name is None:
                 out["error_code"] = (
                     ErrorCode.unknown_topic_id
-                    if name is None and topic_id is not None
+                    if topic_id is not None
                     else ErrorCode.unknown_topic_or_partition
                 )
                 any_error = True
                 parts_out.append(out)
                 continue
+            try:
+                part = broker.replicas.leader(
+                    name, index, int(view(p, "current_leader_epoch", NO_EPOCH)))
+            except KafkaError as e:
+                out["error_code"] = e.code
+                any_error = True
+                parts_out.append(out)
+                continue
+            lg = part.log
+            offset = int(p.fetch_offset)
+            if replica_id >= 0:
+                follower = _follower_fetch(broker, part, replica_id, p, out)
+                if follower is not None:  # an error or a diverging epoch: no records
+                    any_error = True  # answer at once
+                    parts_out.append(out)
+                    continue
             hw = lg.high_watermark
             lso = lg.last_stable_offset
             out["high_watermark"] = hw
             out["last_stable_offset"] = lso
             bound = lso if isolation == READ_COMMITTED else hw
+            if replica_id >= 0:
+                bound = lg.log_end_offset  # followers replicate everything
             out["log_start_offset"] = lg.log_start_offset
-            offset = int(p.fetch_offset)
             limit = min(int(p.partition_max_bytes), remaining)
             try:
                 if offset > lg.log_end_offset or offset < lg.log_start_offset:
@@ -106,6 +139,34 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
             {"topic": name or "", "topic_id": topic_id or ZERO_UUID, "partitions": parts_out}
         )
     return topics_out, total, any_error
+
+
+def _follower_fetch(broker: Broker, part: Partition, replica_id: int, p: Any,
+                   out: dict[str, Any]) -> bool | None:
+    """Record a follower's position; None to go on reading, else True for an error or
+    a diverging epoch (False), already written into `out`."""
+    lead = part.leadership
+    if lead is None:
+        out["error_code"] = ErrorCode.not_leader_or_follower
+        return True
+    try:
+        result = lead.on_follower_fetch(
+            replica_id, int(p.fetch_offset), int(view(p, "last_fetched_epoch", -1)),
+            int(view(p, "log_start_offset", -1)))
+    except KafkaError as e:
+        log.info("%s-%d: fetch from follower %d refused: %s", part.topic, part.index,
+                 replica_id, e)
+        out["error_code"] = e.code
+        return True
+    if result.diverging_epoch is not None:
+        out["diverging_epoch"] = {"epoch": result.diverging_epoch.epoch,
+                                  "end_offset": result.diverging_epoch.end_offset}
+        out["high_watermark"] = part.log.high_watermark
+        out["log_start_offset"] = part.log.log_start_offset
+        return False
+    if result.expand_isr:
+        broker.replicas.propose_isr_expansion(part, replica_id)
+    return None
 
 
 def _end_offset(data: bytes) -> int:

@@ -91,7 +91,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             tv = md.topic(name)
             if tv is None and allow_auto and broker.auto_create_enabled():
                 try:
-                    broker.create_topic(name, broker.default_partitions(), {})
+                    await broker.topic_admin.create_topic(
+                        name, broker.default_partitions(), -1, None, {}, validate_only=False)
                 except KafkaError as e:
                     if md.topic(name) is None:
                         topics.append(_error_topic(name, e.code))

@@ -1,0 +1,420 @@
+"""The cluster controller (Kafka's ZooKeeper-mode KafkaController), I/O side.
+
+One broker at a time is controller: the one whose ephemeral /controller znode exists.
+Winning creates it and bumps /controller_epoch in one transaction; every later write
+is fenced by that epoch's znode version (`ControllerContext.fenced`), so a deposed
+controller - paused past its session, then resumed - fails its writes instead of
+overwriting a newer decision, and resigns (ControllerMovedError).
+
+Everyone watches /controller and tries to win when it goes. The active controller
+watches /brokers/ids (broker death and arrival), /brokers/topics and each topic znode
+(new topics, added partitions) and /admin/delete_topics, and turns each change into
+partition state writes decided by `replication/controller_logic.py`. Brokers learn
+leadership by watching their partitions' state znodes (no LeaderAndIsr RPCs).
+
+Threading: all work runs in one task draining an asyncio queue fed by `zk.py` (watch
+events mean "re-read"; several pending events are handled as one pass). Session LOST
+resigns; CONNECTED re-reads everything, since kazoo drops watches on disconnection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable
+from typing import TypeVar
+
+from tidegate.replication.controller_logic import (
+    ControllerContext,
+    broker_change_decision,
+    election_ops,
+)
+from tidegate.replication.znodes import (
+    CONTROLLER,
+    CONTROLLER_EPOCH,
+    DELETE_TOPICS,
+    NO_LEADER,
+    TOPICS,
+    ControllerRegistration,
+    MalformedZnodeError,
+    PartitionState,
+    TopicAssignment,
+    TopicPartition,
+    decode_controller_epoch,
+    encode_controller_epoch,
+)
+from tidegate.server.cluster.errors import (
+    BadVersionError,
+    ConnectionLossError,
+    ControllerMovedError,
+    NodeExistsError,
+    SessionExpiredError,
+    ZkClosedError,
+    ZkError,
+)
+from tidegate.server.cluster.fenced_writes import FencedWriter
+from tidegate.server.cluster.reads import ClusterReader
+from tidegate.server.cluster.registration import ensure_persistent_paths
+from tidegate.server.cluster.zk import SessionEvent, SessionState, Watch, WatchEvent, ZkClient
+
+__all__ = ["Controller"]
+
+log = logging.getLogger(__name__)
+
+_START = object()  # the first event: look at /controller
+_RESYNC = object()  # re-read everything (after an unexpected failure)
+T = TypeVar("T")
+_RETRIES = 5
+
+
+class Controller:
+    """Takes part in controller election; acts as controller while elected."""
+
+    def __init__(
+        self,
+        zk: ZkClient,
+        broker_id: int,
+        *,
+        unclean_leader_election: bool = False,
+        delete_topic_enable: bool = True,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        on_active: Callable[[bool, int], None] | None = None,
+    ) -> None:
+        self.zk = zk
+        self.broker_id = broker_id
+        self.unclean_default = unclean_leader_election
+        self.delete_topic_enable = delete_topic_enable
+        self._now_ms = now_ms
+        self._on_active = on_active
+        self.ctx: ControllerContext | None = None
+        self.controller_id = -1  # the controller as last seen (-1: none / unknown)
+        self._events: asyncio.Queue[object] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self.reads = ClusterReader(zk)
+        self.writer = FencedWriter(zk, self.reads)
+
+    @property
+    def active(self) -> bool:
+        return self.ctx is not None
+
+    @property
+    def epoch(self) -> int:
+        return -1 if self.ctx is None else self.ctx.epoch
+
+    async def start(self) -> None:
+        self.zk.subscribe(self._events)
+        self._events.put_nowait(_START)
+        self._task = asyncio.create_task(self._run(), name=f"controller-{self.broker_id}")
+
+    async def abandon(self) -> None:
+        """Stop processing events without a word to ZooKeeper: what a frozen or dying
+        process does (its session, and /controller with it, expires on its own)."""
+        self.zk.unsubscribe(self._events)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def stop(self) -> None:
+        """Stop taking part; if controller, give it up at once (delete our /controller)."""
+        self.zk.unsubscribe(self._events)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.ctx is not None:
+            self._resign("shutting down")
+            # Hand over at once rather than after the session ends; bounded, since
+            # ZooKeeper may be unreachable while we shut down.
+            with contextlib.suppress(ZkError, TimeoutError):
+                async with asyncio.timeout(2.0):
+                    got = await self.zk.get_or_none(CONTROLLER)
+                    if got is not None and got[1].ephemeral_owner == self.zk.session_id:
+                        await self.zk.delete(CONTROLLER, got[1].version)
+
+    # -- the event loop -----------------------------------------------------------------
+
+    def _watch(self, tag: Hashable) -> Watch:
+        return self.zk.watch(self._events, tag)
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._events.get()]
+            while not self._events.empty():
+                batch.append(self._events.get_nowait())
+            try:
+                await self._handle(batch)
+            except ControllerMovedError as e:
+                self._resign(f"another broker is controller now ({e})")
+                self._events.put_nowait(_START)
+            except (ConnectionLossError, SessionExpiredError):
+                # The session event that follows (CONNECTED or LOST) brings us back.
+                log.info("controller %d: ZooKeeper unavailable, waiting", self.broker_id)
+            except ZkClosedError:
+                return
+            except Exception:
+                # Never crash the broker: log, then re-read everything a little later
+                # (watches may not have been re-armed).
+                log.exception("controller %d: event failed; re-reading soon", self.broker_id)
+                asyncio.get_running_loop().call_later(1.0, self._events.put_nowait, _RESYNC)
+
+    async def _handle(self, batch: list[object]) -> None:
+        elect = resync = brokers = topics = deletions = False
+        changed_topics: set[str] = set()
+        for event in batch:
+            if event is _START:
+                elect = True
+            elif event is _RESYNC:
+                elect = resync = True
+            elif isinstance(event, SessionEvent):
+                if event.state is SessionState.LOST and self.ctx is not None:
+                    self._resign("ZooKeeper session expired")
+                if event.state is SessionState.CONNECTED:
+                    elect = resync = True
+            elif isinstance(event, WatchEvent):
+                if event.kind == "none":
+                    continue  # connection dropped: CONNECTED re-reads everything
+                tag = event.tag
+                if tag == "controller":
+                    elect = True
+                elif tag == "brokers":
+                    brokers = True
+                elif tag == "topics":
+                    topics = True
+                elif tag == "delete_topics":
+                    deletions = True
+                elif isinstance(tag, tuple) and tag[0] == "topic":
+                    changed_topics.add(str(tag[1]))
+        if elect:
+            became = await self._check_controller()
+            if became or (resync and self.ctx is not None):
+                await self._load_and_reconcile()
+                return
+        if self.ctx is None:
+            return
+        if brokers:
+            await self._on_brokers_change()
+        if topics or changed_topics:
+            await self._on_topics_change(changed_topics)
+        if deletions:
+            await self._on_topic_deletions()
+
+    # -- election -----------------------------------------------------------------------
+
+    async def _check_controller(self) -> bool:
+        """Look at /controller (re-arming its watch); run for it if absent. True if we
+        just became controller."""
+        for _ in range(_RETRIES):
+            got = await self.zk.get_or_none(CONTROLLER, self._watch("controller"))
+            if got is None:
+                if await self._try_elect():
+                    return True
+                continue
+            data, stat = got
+            try:
+                holder = ControllerRegistration.decode(data).broker_id
+            except MalformedZnodeError as e:
+                self.reads.say_once(("controller-znode", stat.czxid), "%s", e)
+                holder = -1
+            self.controller_id = holder
+            if holder == self.broker_id and stat.ephemeral_owner == self.zk.session_id:
+                if self.ctx is None:  # we won, but the answer was lost with the connection
+                    raw, epoch_stat = await self.zk.get(CONTROLLER_EPOCH)
+                    self._become(decode_controller_epoch(raw), epoch_stat.version)
+                    return True
+                return False
+            if self.ctx is not None:
+                self._resign(f"/controller names broker {holder}")
+            return False
+        return False
+
+    async def _try_elect(self) -> bool:
+        got = await self.zk.get_or_none(CONTROLLER_EPOCH)
+        if got is None:
+            try:  # the very first controller: epoch 0 at version 0 (Kafka's initial values)
+                await self.zk.create(CONTROLLER_EPOCH, encode_controller_epoch(0))
+                epoch, version = 0, 0
+            except NodeExistsError:
+                return False
+        else:
+            epoch, version = decode_controller_epoch(got[0]), got[1].version
+        try:
+            results = await self.zk.transaction(
+                election_ops(self.broker_id, self._now_ms(), epoch, version)
+            )
+        except (NodeExistsError, BadVersionError):
+            return False  # someone else won: the caller looks again
+        new_version = results[1].version  # type: ignore[union-attr]
+        self._become(epoch + 1, new_version)
+        # keep watching /controller even as controller (its deletion forces a re-election)
+        await self.zk.exists(CONTROLLER, self._watch("controller"))
+        return True
+
+    def _become(self, epoch: int, epoch_zk_version: int) -> None:
+        self.ctx = ControllerContext(self.broker_id, epoch, epoch_zk_version)
+        self.controller_id = self.broker_id
+        log.info("broker %d is now the controller (controller epoch %d)", self.broker_id, epoch)
+        if self._on_active is not None:
+            self._on_active(True, epoch)
+
+    def _resign(self, why: str) -> None:
+        if self.ctx is None:
+            return
+        epoch, self.ctx = self.ctx.epoch, None
+        if self.controller_id == self.broker_id:
+            self.controller_id = -1
+        log.warning("broker %d resigns as controller (epoch %d): %s", self.broker_id, epoch, why)
+        if self._on_active is not None:
+            self._on_active(False, epoch)
+
+    # -- reading ZooKeeper into the context ----------------------------------------------
+
+    async def _load_and_reconcile(self) -> None:
+        """On election (or reconnection): read everything, re-arm every watch, then fix
+        what changed while nobody was watching."""
+        ctx = self._ctx()
+        await ensure_persistent_paths(self.zk)
+        ctx.live_brokers, ctx.broker_epochs = await self.reads.brokers(self._watch("brokers"))
+        names = await self.zk.get_children(TOPICS, self._watch("topics"))
+        ctx.topics = {}
+        ctx.states = {}
+        for name, assignment in zip(names, await self._read_topics(names)):
+            if assignment is not None:
+                ctx.topics[name] = assignment
+        tps = ctx.partitions()
+        ctx.states = await self.reads.states(tps)
+        log.info(
+            "controller %d loaded %d live brokers %s, %d topics, %d partition states",
+            self.broker_id,
+            len(ctx.live_brokers),
+            sorted(ctx.live_brokers),
+            len(ctx.topics),
+            len(ctx.states),
+        )
+        await self._reelect([tp for tp in tps if tp in ctx.states])
+        await self._create_missing_states(ctx.topics)
+        await self._on_topic_deletions()
+
+    async def _read_topics(self, names: list[str]) -> list[TopicAssignment | None]:
+        """The topics' assignments, (re-)arming each topic znode's data watch."""
+        return await self._gather(self.reads.topic(n, self._watch(("topic", n))) for n in names)
+
+    async def _unclean(self, topic: str) -> bool:
+        """unclean.leader.election.enable for `topic`: its override, else the default."""
+        value = (await self.reads.topic_config(topic)).get("unclean.leader.election.enable")
+        return self.unclean_default if value is None else value.strip().lower() == "true"
+
+    # -- reacting --------------------------------------------------------------------------
+
+    async def _on_brokers_change(self) -> None:
+        ctx = self._ctx()
+        before = ctx.broker_epochs
+        ctx.live_brokers, ctx.broker_epochs = await self.reads.brokers(self._watch("brokers"))
+        dead = set(before) - set(ctx.broker_epochs)
+        born = set(ctx.broker_epochs) - set(before)
+        bounced = {
+            b for b in set(before) & set(ctx.broker_epochs) if before[b] != ctx.broker_epochs[b]
+        }
+        if not (dead or born or bounced):
+            return
+        log.info(
+            "controller %d: brokers dead %s, new %s, restarted %s; live now %s",
+            self.broker_id,
+            sorted(dead),
+            sorted(born),
+            sorted(bounced),
+            sorted(ctx.live_brokers),
+        )
+        if bounced:
+            # A restarted broker lost its in-memory replica state: treat it as dead then
+            # back (Kafka does), so it does not stay leader on a possibly shorter log.
+            saved = ctx.live_brokers
+            ctx.live_brokers = {b: i for b, i in saved.items() if b not in bounced}
+            await self._reelect(ctx.partitions_on(bounced))
+            ctx.live_brokers = saved
+        touched = ctx.partitions_on(dead | born | bounced)
+        offline = [tp for tp, vs in ctx.states.items() if vs.state.leader == NO_LEADER]
+        await self._reelect(sorted(set(touched) | set(offline)))
+        await self._create_missing_states(ctx.topics)
+
+    async def _reelect(self, tps: Iterable[TopicPartition]) -> None:
+        ctx = self._ctx()
+        live = set(ctx.live_brokers)
+        todo = [tp for tp in tps if tp in ctx.states]
+        # unclean.leader.election.enable only matters where the leader is gone; reading a
+        # topic's config costs a round trip, so only those topics pay it.
+        leaderless = {tp[0] for tp in todo if ctx.states[tp].state.leader not in live}
+        unclean = {t: await self._unclean(t) for t in sorted(leaderless)}
+
+        def decide(tp: TopicPartition) -> Callable[[PartitionState], PartitionState | None]:
+            return lambda cur: broker_change_decision(
+                ctx.assignment(tp), cur, live, unclean.get(tp[0], False), ctx.epoch
+            )
+
+        await self._gather(self.write_state(tp, decide(tp)) for tp in todo)
+
+    async def write_state(
+        self, tp: TopicPartition, decide: Callable[[PartitionState], PartitionState | None]
+    ) -> PartitionState | None:
+        """Decide `tp`'s next state from its current one and write it, fenced and
+        conditional (see `FencedWriter.update_state`). For elections the lead's admin
+        paths (preferred leader, controlled shutdown) ask for, too."""
+        return await self.writer.update_state(self._ctx(), tp, decide)
+
+    async def _on_topics_change(self, changed: set[str]) -> None:
+        ctx = self._ctx()
+        names = set(await self.zk.get_children(TOPICS, self._watch("topics")))
+        for gone in set(ctx.topics) - names:
+            self._forget_topic(gone)
+        fresh = sorted((names - set(ctx.topics)) | (changed & names))
+        updated: dict[str, TopicAssignment] = {}
+        for name, a in zip(fresh, await self._read_topics(fresh)):
+            if a is None:
+                self._forget_topic(name)
+            else:
+                ctx.topics[name] = updated[name] = a
+        await self._create_missing_states(updated)
+
+    def _forget_topic(self, name: str) -> None:
+        ctx = self._ctx()
+        ctx.topics.pop(name, None)
+        for tp in [tp for tp in ctx.states if tp[0] == name]:
+            del ctx.states[tp]
+
+    async def _create_missing_states(self, topics: dict[str, TopicAssignment]) -> None:
+        ctx = self._ctx()
+        pending = {
+            name: [p for p in sorted(a.partitions) if (name, p) not in ctx.states]
+            for name, a in topics.items()
+        }
+        await self._gather(
+            self.writer.create_states(ctx, name, parts) for name, parts in pending.items() if parts
+        )
+
+    async def _on_topic_deletions(self) -> None:
+        ctx = self._ctx()
+        names = await self.zk.get_children(DELETE_TOPICS, self._watch("delete_topics"))
+        for name in names:
+            if not self.delete_topic_enable:
+                self.reads.say_once(
+                    ("delete-disabled", name),
+                    "ignoring the request to delete topic %s: delete.topic.enable is false",
+                    name,
+                )
+            if await self.writer.delete_topic(ctx, name, remove_topic=self.delete_topic_enable):
+                self._forget_topic(name)
+                log.info("deleted topic %s", name)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _ctx(self) -> ControllerContext:
+        if self.ctx is None:
+            raise ControllerMovedError("not the controller")
+        return self.ctx
+
+    async def _gather(self, aws: Iterable[Awaitable[T]]) -> list[T]:
+        return list(await asyncio.gather(*aws))

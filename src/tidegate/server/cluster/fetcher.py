@@ -1,0 +1,233 @@
+"""Replica fetchers: followers copy their leaders' logs with Fetch, as Kafka's do.
+
+One `ReplicaFetcher` task per leader broker this broker follows partitions of
+(`num.replica.fetchers` = 1 connection per leader). Each round sends one Fetch (v12,
+`replica_id` = this broker) for all its partitions, each at the follower's log end with
+its `current_leader_epoch` and `last_fetched_epoch`, and waits up to
+`replica.fetch.wait.max.ms` at the leader for new data. For each partition answered:
+
+- records: appended with `Log.append_as_follower` (the leader's bytes, offsets and
+  epochs kept; producer state and transactions rebuilt as the leader's), then made
+  durable (group commit) *before* the next fetch reports the new position, so the
+  leader's high watermark only counts fsynced data when every write is fsynced;
+- the leader's high watermark and log start, capped by what the follower holds;
+- a diverging epoch (KIP-595-style fetch truncation, Kafka 2.7+): the follower
+  truncates to where its log and the leader's agree (`replication.follower`) and
+  fetches again from there: no divergent record survives;
+- NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH /
+  UNKNOWN_TOPIC_OR_PARTITION: the partition waits `replica.fetch.backoff.ms` (the
+  metadata watcher will move it to the right leader); a connection failure backs the
+  whole fetcher off as long.
+
+Partitions come and go with `on_role_change` (the replica manager's hook). A fetch
+answer for a partition whose leader epoch changed meanwhile is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from tidegate.common.config import BrokerConfig
+from tidegate.common.errors import ErrorCode
+from tidegate.protocol.messages import build, request_class
+from tidegate.replication.follower import follower_high_watermark, truncation_offset
+from tidegate.server.cluster.inter_broker import InterBrokerConnection, InterBrokerError
+from tidegate.server.cluster.metadata import ClusterMetadata
+from tidegate.server.partition import Partition
+from tidegate.server.replica_manager import ReplicaManager
+
+__all__ = ["ReplicaFetcherManager"]
+
+log = logging.getLogger(__name__)
+
+FETCH_KEY, FETCH_VERSION = 1, 12
+_RETRY_LATER = {
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.unknown_topic_id,
+    ErrorCode.kafka_storage_error,
+}
+
+
+class ReplicaFetcherManager:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
+                 metadata: ClusterMetadata) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.replicas = replicas
+        self.metadata = metadata
+        self.listener = config.get("inter.broker.listener.name") or \
+            config.advertised_listeners()[0].name
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+
+    def on_role_change(self, part: Partition) -> None:
+        for f in self.fetchers.values():
+            f.remove(part)
+        if (not part.is_leader and part.leader_id >= 0 and part.leader_id != self.node_id
+                and self.replicas.partition(part.topic, part.index) is part):
+            fetcher = self.fetchers.get(part.leader_id)
+            if fetcher is None:
+                fetcher = self.fetchers[part.leader_id] = ReplicaFetcher(self, part.leader_id)
+                fetcher.start()
+            fetcher.add(part)
+
+    def endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        info = self.metadata.brokers_info.get(broker_id)
+        if info is None:
+            return None
+        ep = info.endpoint(self.listener) or (info.endpoints[0] if info.endpoints else None)
+        return None if ep is None else (ep.host, ep.port)
+
+    async def stop(self) -> None:
+        for f in list(self.fetchers.values()):
+            await f.stop()
+        self.fetchers.clear()
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: ReplicaFetcherManager, leader_id: int) -> None:
+        self.m = manager
+        self.leader_id = leader_id
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._delayed: dict[tuple[str, int], float] = {}  # tp -> loop time to retry at
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._conn: InterBrokerConnection | None = None
+        cfg = manager.config
+        self.wait_ms = cfg.get_int("replica.fetch.wait.max.ms", 500) or 500
+        self.max_bytes = cfg.get_int("replica.fetch.max.bytes", 1048576) or 1048576
+        self.response_max = cfg.get_int("replica.fetch.response.max.bytes", 10485760) or 10485760
+        self.backoff = (cfg.get_int("replica.fetch.backoff.ms", 1000) or 1000) / 1000
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
+
+    def add(self, part: Partition) -> None:
+        self.partitions[part.tp] = part
+        self._delayed.pop(part.tp, None)
+        self._changed.set()
+
+    def remove(self, part: Partition) -> None:
+        if self.partitions.get(part.tp) is part:
+            del self.partitions[part.tp]
+            self._delayed.pop(part.tp, None)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            ready = [p for tp, p in self.partitions.items() if self._delayed.get(tp, 0) <= now]
+            if not ready:
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), self.backoff)
+                continue
+            try:
+                await self._round(ready)
+            except InterBrokerError as e:
+                log.info("replica fetcher for leader %d: %s; retrying in %.1f s",
+                         self.leader_id, e, self.backoff)
+                await asyncio.sleep(self.backoff)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("replica fetcher for leader %d failed; retrying", self.leader_id)
+                await asyncio.sleep(self.backoff)
+
+    def _connection(self) -> InterBrokerConnection:
+        ep = self.m.endpoint(self.leader_id)
+        if ep is None:
+            raise InterBrokerError(f"broker {self.leader_id} is not registered")
+        conn = self._conn
+        if conn is None or (conn.host, conn.port) != ep:
+            conn = self._conn = InterBrokerConnection(
+                ep[0], ep[1], f"broker-{self.m.node_id}-fetcher-{self.leader_id}")
+        return conn
+
+    async def _round(self, parts: list[Partition]) -> None:
+        conn = self._connection()
+        epochs = {p.tp: p.leader_epoch for p in parts}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for p in parts:
+            lg = p.log
+            latest = lg.latest_epoch
+            by_topic.setdefault(p.topic, []).append({
+                "partition": p.index,
+                "current_leader_epoch": p.leader_epoch,
+                "fetch_offset": lg.log_end_offset,
+                "last_fetched_epoch": -1 if latest is None else latest,
+                "log_start_offset": lg.log_start_offset,
+                "partition_max_bytes": self.max_bytes,
+            })
+        req = build(request_class(FETCH_KEY, FETCH_VERSION), {
+            "cluster_id": None,
+            "replica_id": self.m.node_id,
+            "max_wait": self.wait_ms,
+            "min_bytes": 1,
+            "max_bytes": self.response_max,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        })
+        resp = await conn.request(FETCH_KEY, FETCH_VERSION, req,
+                                  timeout=self.wait_ms / 1000 + 30)
+        if resp.error_code != ErrorCode.none:
+            raise InterBrokerError(f"fetch failed: {ErrorCode(resp.error_code).name}")
+        for topic in resp.responses:
+            for pd in topic.partitions:
+                tp = (str(topic.topic), int(pd.partition_index))
+                part = self.partitions.get(tp)
+                if part is None or part.leader_epoch != epochs.get(tp) or part.is_leader:
+                    continue  # moved while we fetched: the answer is stale
+                await self._apply(part, pd)
+
+    async def _apply(self, part: Partition, pd: Any) -> None:
+        lg = part.log
+        code = ErrorCode(pd.error_code)
+        if code in _RETRY_LATER:
+            log.debug("%s-%d: leader %d answered %s", part.topic, part.index,
+                      self.leader_id, code.name)
+            self._delayed[part.tp] = asyncio.get_running_loop().time() + self.backoff
+            return
+        if code != ErrorCode.none:
+            log.warning("%s-%d: fetch from leader %d failed: %s", part.topic, part.index,
+                        self.leader_id, code.name)
+            self._delayed[part.tp] = asyncio.get_running_loop().time() + self.backoff
+            return
+        div = pd.diverging_epoch
+        if div is not None and (int(div.epoch) >= 0 or int(div.end_offset) >= 0):
+            point = truncation_offset(lg.leader_epoch_cache, lg.log_end_offset, int(div.epoch),
+                                      int(div.end_offset), high_watermark=lg.high_watermark)
+            if point.offset < lg.log_end_offset:
+                log.warning("%s-%d: diverged from leader %d (its epoch %d ends at %d); "
+                            "truncating from %d to %d", part.topic, part.index,
+                            self.leader_id, div.epoch, div.end_offset, lg.log_end_offset,
+                            point.offset)
+                await asyncio.get_running_loop().run_in_executor(
+                    None, lg.truncate_to, point.offset)
+            return
+        records = pd.records
+        if records:
+            lg.append_as_follower(bytes(records))
+            await self.m.replicas.wait_local_durable(lg, lg.log_end_offset)
+        hw = follower_high_watermark(int(pd.high_watermark), lg.log_end_offset,
+                                     lg.log_start_offset)
+        lg.maybe_increment_log_start_as_follower(int(pd.log_start_offset))
+        lg.set_high_watermark_as_follower(hw)
+        self.m.replicas.notify(part.tp)

@@ -1,0 +1,194 @@
+"""A broker's membership of a ZooKeeper-coordinated cluster (`zookeeper.connect` set).
+
+`ClusterNode` is what `BrokerApp` starts instead of nothing on the embedded broker:
+
+1. `prepare()` — before the log directory is loaded: connect to ZooKeeper (waiting,
+   with one log line, up to `zookeeper.connection.timeout.ms`), create Kafka's
+   persistent paths, read or create `/cluster/id` and refuse a data directory stamped
+   with another cluster's id.
+2. `start()` — after the logs are loaded: register `/brokers/ids/<broker.id>`
+   (a duplicate id is refused), take part in controller election, and follow the
+   cluster's metadata (`MetadataWatcher`), applying each partition change to the
+   replica manager: a replica assigned here is opened (created if new), made leader or
+   follower at the state's leader epoch; a replica no longer assigned here is deleted.
+3. `stop()` — resign as controller, deregister, close the session.
+
+Leadership is applied only from state znodes (fenced by their leader epoch and znode
+version); a broker never decides its own role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from tidegate.common.config import BrokerConfig
+from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.replication.znodes import NO_LEADER
+from tidegate.server.cluster.controller import Controller
+from tidegate.server.cluster.errors import ZkError
+from tidegate.server.cluster.fetcher import ReplicaFetcherManager
+from tidegate.server.cluster.isr import IsrWriter
+from tidegate.server.cluster.metadata import ClusterMetadata, MetadataWatcher, PartitionChange
+from tidegate.server.cluster.registration import (
+    BrokerRegistrar,
+    broker_info_from_config,
+    check_data_dir_cluster_id,
+    ensure_persistent_paths,
+    get_or_create_cluster_id,
+)
+from tidegate.server.cluster.zk import ZkClient
+from tidegate.server.replica_manager import ReplicaManager
+
+__all__ = ["ClusterNode", "ClusterStartError"]
+
+log = logging.getLogger(__name__)
+
+
+class ClusterStartError(KafkaError):
+    """ZooKeeper unreachable, a duplicate broker.id, ...: the broker cannot start."""
+
+    code = ErrorCode.broker_not_available
+
+
+class ClusterNode:
+    def __init__(self, config: BrokerConfig, on_fatal: Callable[[BaseException], None]) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.zk = ZkClient.from_config(config)
+        self._on_fatal = on_fatal
+        self.metadata: ClusterMetadata | None = None
+        self.replicas: ReplicaManager | None = None
+        self.registrar: BrokerRegistrar | None = None
+        self.controller: Controller | None = None
+        self.watcher: MetadataWatcher | None = None
+        self.cluster_id = ""
+        self.broker_epoch = -1
+        self._lock = asyncio.Lock()  # one batch of partition changes at a time
+        self.fetchers: ReplicaFetcherManager | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def prepare(self) -> str:
+        """Connect, then the cluster id (checked against the data directory)."""
+        try:
+            return await self._prepare()
+        except ZkError as e:
+            raise ClusterStartError(f"cannot join the cluster: {e}") from e
+
+    async def _prepare(self) -> str:
+        await self.zk.start()
+        await ensure_persistent_paths(self.zk)
+        proposed = self.config.get("cluster.id") or None
+        self.cluster_id = await get_or_create_cluster_id(self.zk, proposed)
+        check_data_dir_cluster_id(self.config.log_dir, self.cluster_id)
+        return self.cluster_id
+
+    def make_metadata(self) -> ClusterMetadata:
+        listener = self.config.advertised_listeners()[0].name
+        self.metadata = ClusterMetadata(self.node_id, listener, self.cluster_id)
+        return self.metadata
+
+    async def start(self, replicas: ReplicaManager) -> None:
+        try:
+            await self._start(replicas)
+        except ZkError as e:
+            raise ClusterStartError(f"cannot join the cluster: {e}") from e
+
+    async def _start(self, replicas: ReplicaManager) -> None:
+        assert self.metadata is not None, "make_metadata() first"
+        self.replicas = replicas
+        md = self.metadata
+        replicas.exists = lambda t, p: (t in md.topics and p in md.topics[t].partitions)
+        self.fetchers = ReplicaFetcherManager(self.config, replicas, md)
+        replicas.on_role_change = self.fetchers.on_role_change
+        replicas.isr_writer = IsrWriter(self.zk, replicas)
+        lag = self.config.get_int("replica.lag.time.max.ms", 30000) or 30000
+        self._tasks.append(asyncio.create_task(self._shrink_isr_every(lag)))
+        self.registrar = BrokerRegistrar(
+            self.zk,
+            lambda: broker_info_from_config(self.config, int(time.time() * 1000)),
+            on_epoch=self._on_epoch,
+            on_fatal=self._on_fatal,
+        )
+        self.broker_epoch = await self.registrar.start()
+        log.info("registered broker %d in ZooKeeper (broker epoch %d)", self.node_id,
+                 self.broker_epoch)
+        self.controller = Controller(
+            self.zk,
+            self.node_id,
+            unclean_leader_election=self.config.get_bool("unclean.leader.election.enable"),
+            delete_topic_enable=self.config.get_bool("delete.topic.enable"),
+        )
+        await self.controller.start()
+        self.watcher = MetadataWatcher(self.zk, self.metadata, self._apply)
+        await self.watcher.start()
+        await asyncio.wait_for(self.watcher.synced.wait(), 30)
+
+    def _on_epoch(self, epoch: int) -> None:
+        self.broker_epoch = epoch
+
+    async def _shrink_isr_every(self, lag_ms: int) -> None:
+        """Kafka's isr-expiration task: every replica.lag.time.max.ms / 2."""
+        while True:
+            await asyncio.sleep(lag_ms / 2000)
+            if self.replicas is not None:
+                self.replicas.propose_isr_shrinks(lag_ms)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.fetchers is not None:
+            await self.fetchers.stop()
+        if self.watcher is not None:
+            await self.watcher.stop()
+        if self.controller is not None:
+            await self.controller.stop()
+        if self.registrar is not None:
+            await self.registrar.stop()
+        await self.zk.close()
+
+    # -- applying the controller's decisions --------------------------------------------
+
+    async def _apply(self, changes: list[PartitionChange]) -> None:
+        async with self._lock:
+            for change in changes:
+                try:
+                    await self._apply_one(change)
+                except Exception:
+                    log.exception("%s-%d: could not apply %s", *change.tp, change)
+
+    async def _apply_one(self, change: PartitionChange) -> None:
+        replicas = self.replicas
+        assert replicas is not None and self.metadata is not None
+        topic, index = change.tp
+        if self.node_id not in change.assignment or change.topic_id is None:
+            if replicas.logs.get_log(topic, index) is not None:
+                log.info("%s-%d: no longer assigned here; deleting the replica", topic, index)
+                replicas.stop_replica(topic, index)
+            return
+        if replicas.logs.get_log(topic, index) is None or (
+                replicas.logs.topics[topic].topic_id != change.topic_id):
+            configs = await self.watcher.reads.topic_config(topic) if self.watcher else {}
+            partitions = len(self.metadata.topics[topic].partitions)
+            topic_id = change.topic_id
+            # opening a log may run recovery: not on the event loop
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: replicas.logs.ensure_replica(
+                    topic, topic_id, partitions, index, configs))
+        state = change.state
+        if state is None:
+            return  # the controller has not written a state yet
+        st = state.state
+        if st.leader == self.node_id:
+            replicas.become_leader(topic, index, st.leader_epoch, replicas=change.assignment,
+                                   isr=st.isr, zk_version=state.zk_version,
+                                   controller_epoch=st.controller_epoch)
+        else:
+            replicas.become_follower(topic, index, st.leader if st.leader != NO_LEADER else -1,
+                                     st.leader_epoch)

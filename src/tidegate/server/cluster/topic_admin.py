@@ -1,0 +1,201 @@
+"""Topic administration in cluster mode, Kafka's way (`AdminZkClient`): the broker that
+receives CreateTopics/DeleteTopics only writes ZooKeeper, and the controller acts.
+
+- `create_topic_in_zk`: the replica assignment (given, or Kafka's rack-aware one over
+  the live brokers) in /brokers/topics/<t> with a new topic id, and the topic's config
+  overrides in /config/topics/<t>, both in one transaction. The controller, watching
+  /brokers/topics, then writes the partition states (leader, ISR).
+- `request_topic_deletion`: /admin/delete_topics/<t>; the controller deletes the topic's
+  znodes and brokers drop their replicas when they see the topic gone.
+
+Errors are Kafka's, with Kafka's messages: TOPIC_ALREADY_EXISTS,
+INVALID_REPLICATION_FACTOR ("Replication factor: 3 larger than available brokers: 2."),
+INVALID_REPLICA_ASSIGNMENT, UNKNOWN_TOPIC_OR_PARTITION.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Mapping, Sequence
+
+from tidegate.common.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from tidegate.replication.assignment import (
+    assign_additional_partitions,
+    assign_replicas_to_brokers,
+    validate_replica_assignment,
+)
+from tidegate.replication.zk_ops import Create, SetData, ZkOp
+from tidegate.replication.znodes import (
+    BROKER_IDS,
+    BrokerInfo,
+    MalformedZnodeError,
+    TopicAssignment,
+    broker_path,
+    delete_topic_path,
+    topic_config_path,
+    topic_path,
+)
+from tidegate.replication.znodes_admin import encode_entity_config
+from tidegate.server.cluster.errors import NodeExistsError, NoNodeError
+from tidegate.server.cluster.zk import ZkClient
+
+__all__ = [
+    "ClusterTopicAdmin",
+    "add_partitions_in_zk",
+    "create_topic_in_zk",
+    "live_broker_racks",
+    "request_topic_deletion",
+]
+
+
+async def live_broker_racks(zk: ZkClient) -> dict[int, str | None]:
+    """broker id -> rack (None without one) of every registered broker."""
+    out: dict[int, str | None] = {}
+    for child in await zk.get_children(BROKER_IDS):
+        if not child.isdigit():
+            continue
+        try:
+            data, _ = await zk.get(broker_path(int(child)))
+            out[int(child)] = BrokerInfo.decode(int(child), data).rack
+        except NoNodeError:
+            continue  # went away meanwhile
+        except MalformedZnodeError:
+            out[int(child)] = None  # registered, hence alive; rack unknown
+    return out
+
+
+async def create_topic_in_zk(
+    zk: ZkClient,
+    name: str,
+    *,
+    partitions: int | None = None,
+    replication_factor: int | None = None,
+    assignment: Mapping[int, Sequence[int]] | None = None,
+    configs: Mapping[str, str] | None = None,
+    rng: random.Random | None = None,
+    validate_only: bool = False,
+) -> TopicAssignment:
+    """Create topic `name`: either `partitions` x `replication_factor` assigned over the
+    live brokers, or an explicit `assignment` (partition -> replicas, preferred leader
+    first). Returns what was (or, with `validate_only`, would be) written."""
+    if await zk.exists(topic_path(name)) is not None:
+        raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+    if await zk.exists(delete_topic_path(name)) is not None:
+        raise TopicAlreadyExistsError(f"Topic '{name}' is marked for deletion.")
+    brokers = await live_broker_racks(zk)
+    if assignment is None:
+        if partitions is None or replication_factor is None:
+            raise InvalidPartitionsError("Give partitions and replication_factor, or assignment.")
+        if not brokers:
+            raise InvalidReplicationFactorError(
+                f"Replication factor: {replication_factor} larger than available brokers: 0."
+            )
+        chosen = assign_replicas_to_brokers(brokers, partitions, replication_factor, rng)
+    else:
+        validate_replica_assignment(assignment, brokers)
+        chosen = {p: list(r) for p, r in assignment.items()}
+    topic = TopicAssignment(
+        name, {p: tuple(r) for p, r in sorted(chosen.items())}, topic_id=uuid.uuid4()
+    )
+    if validate_only:
+        return topic
+    config_path = topic_config_path(name)
+    # A config znode may be left over from an older topic of the same name: overwrite it.
+    stale = await zk.exists(config_path)
+    config_data = encode_entity_config(configs or {})
+    ops: list[ZkOp] = [
+        Create(config_path, config_data)
+        if stale is None
+        else SetData(config_path, config_data, stale.version),
+        Create(topic_path(name), topic.encode()),
+    ]
+    try:
+        await zk.transaction(ops)
+    except NodeExistsError as e:
+        if e.path == topic_path(name):
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.") from None
+        raise TopicAlreadyExistsError(f"Topic '{name}' is being created.") from None
+    return topic
+
+
+async def request_topic_deletion(zk: ZkClient, name: str) -> None:
+    """Ask the controller to delete topic `name` (idempotent while it is pending)."""
+    if await zk.exists(topic_path(name)) is None:
+        raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+    try:
+        await zk.create(delete_topic_path(name), makepath=True)
+    except NodeExistsError:
+        pass  # already marked for deletion
+
+
+async def add_partitions_in_zk(
+    zk: ZkClient, name: str, total: int,
+    assignment: Sequence[Sequence[int]] | None = None, *, validate_only: bool = False,
+) -> TopicAssignment:
+    """CreatePartitions: extend /brokers/topics/<t> (conditional on its version); the
+    controller, watching the topic znode, writes the new partitions' states."""
+    try:
+        data, stat = await zk.get(topic_path(name))
+    except NoNodeError:
+        raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.") from None
+    current = TopicAssignment.decode(name, data)
+    brokers = await live_broker_racks(zk)
+    have = len(current.partitions)
+    if assignment:
+        extra = {have + i: list(r) for i, r in enumerate(assignment)}
+        validate_replica_assignment(extra, brokers, first_partition=have)
+    else:
+        extra = assign_additional_partitions(brokers, current.partitions, total)
+    merged = {**{p: tuple(r) for p, r in current.partitions.items()},
+              **{p: tuple(r) for p, r in extra.items()}}
+    new = TopicAssignment(name, merged, topic_id=current.topic_id,
+                          adding_replicas=current.adding_replicas,
+                          removing_replicas=current.removing_replicas)
+    if not validate_only:
+        await zk.transaction([SetData(topic_path(name), new.encode(), stat.version)])
+    return new
+
+
+class ClusterTopicAdmin:
+    """The `TopicAdmin` port (server/topic_admin.py) of a cluster: ZooKeeper writes."""
+
+    def __init__(self, zk: ZkClient, default_replication_factor: int) -> None:
+        self.zk = zk
+        self.default_replication_factor = default_replication_factor
+
+    def check_replication(self, factor: int, assignments: Sequence[Sequence[int]]) -> None:
+        if factor == 0 or factor < -1:
+            raise InvalidReplicationFactorError(
+                f"Replication factor must be larger than 0, or -1 to use the default, "
+                f"got {factor}.")
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int,
+        assignment: Mapping[int, Sequence[int]] | None, configs: Mapping[str, str], *,
+        validate_only: bool,
+    ) -> tuple[uuid.UUID, int]:
+        factor = (self.default_replication_factor if replication_factor == -1
+                  else replication_factor)
+        topic = await create_topic_in_zk(
+            self.zk, name,
+            partitions=None if assignment else partitions,
+            replication_factor=None if assignment else factor,
+            assignment=assignment, configs=configs, validate_only=validate_only)
+        first = topic.partitions.get(0, ())
+        assert topic.topic_id is not None
+        return topic.topic_id, len(first) or factor
+
+    async def delete_topic(self, name: str) -> None:
+        await request_topic_deletion(self.zk, name)
+
+    async def create_partitions(
+        self, name: str, total: int, assignment: Sequence[Sequence[int]] | None, *,
+        validate_only: bool,
+    ) -> None:
+        await add_partitions_in_zk(self.zk, name, total, assignment, validate_only=validate_only)

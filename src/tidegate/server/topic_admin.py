@@ -1,0 +1,112 @@
+"""Topic administration: creating, deleting and growing topics, wherever topics live.
+
+Handlers (CreateTopics, DeleteTopics, CreatePartitions, Metadata's auto-creation) call
+the `TopicAdmin` port; they never touch the `LogManager` or ZooKeeper themselves.
+
+- `EmbeddedTopicAdmin` (here): the local topics file is the truth; a topic exists, with
+  every partition led here, as soon as the call returns. Replication factor 1 only.
+- the cluster implementation (`server/cluster/topic_admin.py`): writes Kafka's
+  `/brokers/topics/<t>` and `/config/topics/<t>` znodes (or `/admin/delete_topics/<t>`)
+  and returns; the controller then elects leaders and the brokers open their replicas,
+  so for a moment the new topic's partitions answer LEADER_NOT_AVAILABLE, as in Kafka.
+
+Validation every implementation shares (names, partition counts, configs) stays in the
+handlers; each implementation checks what only it knows (live brokers, replication).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from tidegate.common.errors import (
+    ErrorCode,
+    InvalidReplicationFactorError,
+    KafkaError,
+)
+
+if TYPE_CHECKING:
+    from tidegate.server.broker import Broker
+
+Assignment = Mapping[int, Sequence[int]]  # partition -> replicas, preferred leader first
+
+
+class TopicAdmin(Protocol):
+    def check_replication(self, factor: int, assignments: Sequence[Sequence[int]]) -> None:
+        """What can be refused before anything else (INVALID_REPLICATION_FACTOR,
+        INVALID_REPLICA_ASSIGNMENT naming unknown brokers)."""
+        ...
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int,
+        assignment: Assignment | None, configs: Mapping[str, str], *, validate_only: bool,
+    ) -> tuple[uuid.UUID, int]:
+        """Create (or only validate) a topic; returns its id and replication factor."""
+        ...
+
+    async def delete_topic(self, name: str) -> None: ...
+
+    async def create_partitions(
+        self, name: str, total: int, assignment: Sequence[Sequence[int]] | None, *,
+        validate_only: bool,
+    ) -> None: ...
+
+
+def invalid_assignment(message: str) -> KafkaError:
+    return KafkaError(message, code=ErrorCode.invalid_replica_assignment)
+
+
+def check_assignment_shape(assignments: Sequence[Sequence[int]]) -> None:
+    """Kafka's checks of an explicit assignment that need no broker list."""
+    for ids in assignments:
+        if not ids:
+            raise invalid_assignment("a partition's replica assignment is empty")
+        if len(set(ids)) != len(ids):
+            raise invalid_assignment(f"duplicate brokers in replica assignment {list(ids)}")
+
+
+class EmbeddedTopicAdmin:
+    """Topics of the single embedded broker (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def check_replication(self, factor: int, assignments: Sequence[Sequence[int]]) -> None:
+        """A replication factor this one node can hold, and assignments naming only it.
+
+        As in Kafka, an assignment naming an unknown broker, naming one twice, or naming
+        none is INVALID_REPLICA_ASSIGNMENT; too large a factor is INVALID_REPLICATION_FACTOR.
+        """
+        if factor not in (-1, 1):
+            raise InvalidReplicationFactorError(
+                f"replication factor {factor} is larger than the 1 available broker"
+            )
+        check_assignment_shape(assignments)
+        node = self.broker.node_id
+        for ids in assignments:
+            unknown = sorted(set(ids) - {node})
+            if unknown:
+                raise invalid_assignment(
+                    f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))} "
+                    f"(the only broker is {node})"
+                )
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int,
+        assignment: Assignment | None, configs: Mapping[str, str], *, validate_only: bool,
+    ) -> tuple[uuid.UUID, int]:
+        if validate_only:
+            self.broker.logs.validate_new_topic(name, partitions, configs)
+            return uuid.UUID(int=0), 1
+        return self.broker.create_topic(name, partitions, dict(configs)), 1
+
+    async def delete_topic(self, name: str) -> None:
+        self.broker.delete_topic(name)
+
+    async def create_partitions(
+        self, name: str, total: int, assignment: Sequence[Sequence[int]] | None, *,
+        validate_only: bool,
+    ) -> None:
+        self.check_replication(1, assignment or ())
+        self.broker.logs.create_partitions(name, total, validate_only=validate_only)

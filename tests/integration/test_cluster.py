@@ -1,0 +1,101 @@
+"""Cluster mode: three brokers coordinated by a real ZooKeeper, seen by real clients.
+
+Every check here is what an unmodified client sees of an ordinary multi-broker Kafka:
+kcat's and confluent-kafka's metadata list every broker and one controller, topics
+created through any broker get their partitions spread over the brokers, a request
+sent to a broker that does not lead the partition is NOT_LEADER_OR_FOLLOWER, and data
+produced through the cluster is consumed back whole.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from tests.integration.cluster import Cluster, cluster, wait_for
+from tests.integration.rawclient import RawClient
+
+__all__ = ["cluster"]
+
+
+def _kcat_metadata(bootstrap: str, topic: str | None = None) -> dict[str, object]:
+    args = ["kcat", "-b", bootstrap, "-L", "-J"] + (["-t", topic] if topic else [])
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def _create(c: Cluster, name: str, partitions: int, rf: int) -> None:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, rf)])[name].result(30)
+
+    def leaders_known() -> bool:
+        md = _kcat_metadata(c.brokers[1].bootstrap, name)
+        topics = md["topics"]
+        assert isinstance(topics, list)
+        parts = topics[0]["partitions"]
+        return len(parts) == partitions and all(p["leader"] > 0 for p in parts)
+
+    wait_for(f"leaders of {name}", leaders_known)
+
+
+def test_every_broker_describes_the_same_cluster(cluster: Cluster) -> None:
+    name = f"spread-{uuid.uuid4().hex[:6]}"
+    _create(cluster, name, 6, 1)
+    seen = []
+    for b in cluster.brokers.values():
+        md = _kcat_metadata(b.bootstrap, name)
+        brokers = sorted(x["id"] for x in md["brokers"])  # type: ignore[union-attr]
+        assert brokers == [1, 2, 3]
+        topic = md["topics"][0]  # type: ignore[index]
+        leaders = sorted(p["leader"] for p in topic["partitions"])
+        seen.append(leaders)
+    assert seen[0] == seen[1] == seen[2]
+    assert set(seen[0]) == {1, 2, 3}, "six partitions, RF 1: every broker leads some"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    desc = admin.describe_cluster().result(30)
+    assert sorted(n.id for n in desc.nodes) == [1, 2, 3]
+    assert desc.controller is not None and desc.controller.id in (1, 2, 3)
+
+
+def test_produce_and_consume_through_the_cluster(cluster: Cluster) -> None:
+    name = f"pc-{uuid.uuid4().hex[:6]}"
+    _create(cluster, name, 6, 1)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                  "enable.idempotence": True})
+    for i in range(600):
+        p.produce(name, key=str(i).encode(), value=str(i).encode())
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{name}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.assign([__import__("confluent_kafka").TopicPartition(name, i, 0) for i in range(6)])
+    got: set[int] = set()
+    deadline = __import__("time").monotonic() + 30
+    while len(got) < 600 and __import__("time").monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.add(int(m.value()))
+    c.close()
+    assert got == set(range(600))
+
+
+def test_a_broker_that_does_not_lead_answers_not_leader(cluster: Cluster) -> None:
+    name = f"nl-{uuid.uuid4().hex[:6]}"
+    _create(cluster, name, 1, 1)
+    md = _kcat_metadata(cluster.brokers[1].bootstrap, name)
+    leader = md["topics"][0]["partitions"][0]["leader"]  # type: ignore[index]
+    other = next(b for bid, b in cluster.brokers.items() if bid != leader)
+    raw = RawClient(other.bootstrap)
+    try:
+        resp = raw.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": name, "partitions": [
+                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+        assert resp.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+        resp = raw.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "no-such-topic", "partitions": [
+                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+        assert resp.topics[0].partitions[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        raw.close()
