@@ -1,21 +1,35 @@
 """The asyncio TCP listener: one `Connection` per client socket.
 
-Requests on a connection are started in arrival order and their responses are written
-in that same order (Kafka clients match responses by position as well as by
-correlation id). Starting request N+1 before N has answered lets a producer's
-pipelined requests share one group-commit fsync; their side effects still happen in
-order because each handler's synchronous part runs when its task first starts.
+A connection's requests run one after another, in the order sent, as on Kafka (whose
+broker mutes a channel until its in-flight request is answered): request N+1's handler
+starts only once request N's has finished, so N+1 sees everything N did — ListOffsets
+the log start DeleteRecords moved, Metadata the topic CreateTopics made, OffsetFetch
+what OffsetCommit wrote. Requests are still read and decoded ahead (up to
+`queued.max.requests` unanswered ones, then reading pauses); only their handlers wait.
+Different connections run concurrently.
+
+One exception keeps group commit working: a handler whose effects are done and that
+only waits before answering calls `RequestContext.release()` (Produce does, after its
+appends, while it waits for the fsync that moves the high watermark). Then a next
+request of the same API — a producer's next pipelined Produce — starts at once, and
+the pipelined requests share one fsync; a request of any other API still waits until
+every earlier handler on the connection has finished (server/context.py). Responses
+are written in request order whatever finishes first (Kafka clients match responses
+by position as well as by correlation id).
 
 Bad input is answered the way the Java broker answers it: an unsupported ApiVersions
 version gets UNSUPPORTED_VERSION with our ranges; an unknown API key, unsupported
 version of another API, malformed header or body, or an oversized frame closes the
-connection. Each is logged once with the peer address. Nothing a client sends can
-stop the broker or touch another connection.
+connection once the answers to the requests before it are written. Each is logged once
+with the peer address. A handler that raises closes its connection too (logged with
+the traceback) and no later request on it is started. Nothing a client sends can stop
+the broker or touch another connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 from typing import Any
@@ -38,6 +52,7 @@ from tidegate.protocol.messages import (
 )
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
+from tidegate.server.dispatch import Api
 from tidegate.server.handlers.api_versions import api_keys_payload
 
 log = logging.getLogger(__name__)
@@ -63,6 +78,12 @@ class Connection:
         limit = broker.config.get_int("queued.max.requests", 500) or 500
         self.pending: asyncio.Queue[Any] = asyncio.Queue(maxsize=limit)
         self.closed = False
+        # Requests started and not finished, and the API key and release future of the
+        # newest: what the next request waits for (`_gate`). `failed`: a handler raised,
+        # the connection is closing and no later handler may run.
+        self.running: set[asyncio.Task[Any]] = set()
+        self.newest: tuple[int, asyncio.Future[None]] | None = None
+        self.failed = False
 
     async def run(self) -> None:
         sock = self.writer.get_extra_info("socket")
@@ -136,13 +157,57 @@ class Connection:
             raise ProtocolViolation(
                 f"cannot parse {api.name} v{header.api_version} request: {e}"
             ) from e
+        gate = self._gate(header.api_key)
+        released: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ctx = RequestContext(
-            header.api_key, header.api_version, header.correlation_id, header.client_id, self.peer
+            header.api_key,
+            header.api_version,
+            header.correlation_id,
+            header.client_id,
+            self.peer,
+            released,
         )
-        task: asyncio.Task[Any] = asyncio.ensure_future(api.handler(self.broker, ctx, request))
+        task: asyncio.Task[Any] = asyncio.ensure_future(self._run(gate, api, ctx, request))
+        self.running.add(task)
+        task.add_done_callback(functools.partial(self._finished, released))
+        self.newest = (header.api_key, released)
         # ApiVersions responses always use header v0 (KIP-511).
         resp_flexible = flexible and header.api_key != API_VERSIONS_KEY
         await self.pending.put((header.correlation_id, resp_flexible, task))
+
+    def _gate(self, api_key: int) -> list[asyncio.Future[Any]]:
+        """What a new request of `api_key` must wait for (module docstring): the newest
+        request's release if it is of the same API, else every request not finished.
+        By induction every request before the newest one had been released or had
+        finished when the newest started, so its release is all that is left then."""
+        if not self.running:
+            return []
+        if self.newest is not None and self.newest[0] == api_key:
+            return [self.newest[1]]
+        return list(self.running)
+
+    async def _run(
+        self, gate: list[asyncio.Future[Any]], api: Api, ctx: RequestContext, request: Any
+    ) -> Any:
+        # The task is created at once, not when the gate opens: requests read together
+        # (a producer's pipelined Produce requests) then run back to back in one pass of
+        # the event loop, each finding the previous one released, with no wake-up in
+        # between. That keeps the cost of ordering out of the produce path.
+        waiting = [f for f in gate if not f.done()]
+        if waiting:
+            await asyncio.wait(waiting)  # asyncio.wait: a failed handler does not raise here
+        if self.failed:
+            return None
+        return await api.handler(self.broker, ctx, request)
+
+    def _finished(self, released: asyncio.Future[None], task: asyncio.Task[Any]) -> None:
+        self.running.discard(task)
+        if not released.done():
+            released.set_result(None)
+        if not task.cancelled() and task.exception() is not None:
+            # The write loop logs it and closes the connection when its answer is due;
+            # the requests behind it answer nothing and run no handler.
+            self.failed = True
 
     async def _write_loop(self) -> None:
         while True:

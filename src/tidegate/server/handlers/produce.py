@@ -21,6 +21,11 @@ a timestamp out of range) are listed in the partition's record_errors (v8+), eac
 its index in the batch, as Kafka does. A retry of a cached batch is not
 written again and is answered NONE with the original base offset, as Kafka does; under
 acks=1 or all it is answered only once that original data is durable, like the first send.
+
+Once its appends are done the handler releases the connection (`RequestContext.
+release()`): the wait for durability that remains lets the producer's next pipelined
+Produce start, so both share one group-commit fsync; other requests on the connection
+still wait for the answer.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import INTERNAL_TOPICS
-from tidegate.protocol.messages import build, view
+from tidegate.protocol.messages import build, ms, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields, resolve_topic
@@ -41,6 +46,7 @@ from tidegate.server.handlers.txn_produce import (
     transactional_producer,
     verify_transactional,
 )
+from tidegate.server.partition import Partition
 from tidegate.storage.record_checks import RecordValidationError
 
 log = logging.getLogger(__name__)
@@ -84,10 +90,21 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             slot.release()
 
 
+async def _wait(broker: Broker, replica: Partition, acks: int, offset: int,
+                timeout: float) -> ErrorCode:
+    """acks=all: committed (fsynced here; in a cluster, over the ISR, within the request's
+    timeout). acks=1 in a cluster: durable in the leader's log only."""
+    if acks == 1 and replica.leadership is not None:
+        await broker.replicas.wait_local_durable(replica.log, offset)
+        return ErrorCode.none
+    return await broker.replicas.wait_committed(replica, offset, timeout)
+
+
 async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                   results: list[tuple[Any, dict[str, Any]]],
                   waits: list[asyncio.Future[None] | Any], wait_slots: list[dict[str, Any]],
                   slots: dict[tuple[int, int], Slot]) -> Any:
+    timeout = max(ms(view(req, "timeout", 30000)), 0) / 1000 or 30.0
     for ti, topic in enumerate(req.topic_data):
         name, topic_id = resolve_topic(broker, topic)
         key = {"name": name or view(topic, "name") or "", "topic_id": topic_id}
@@ -110,15 +127,22 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                     )
                 )
                 continue
-            lg = broker.get_log(name, index) if name else None
-            if lg is None:
+            if name is None:
                 code = (
                     ErrorCode.unknown_topic_id
-                    if name is None and topic_id is not None
+                    if topic_id is not None
                     else ErrorCode.unknown_topic_or_partition
                 )
                 results.append((key, _partition_result(index, code)))
                 continue
+            try:  # only the leader appends (NOT_LEADER_OR_FOLLOWER elsewhere)
+                replica = broker.replicas.leader(name, index)
+                if acks == -1 and replica.leadership is not None:
+                    replica.leadership.check_min_isr()  # NOT_ENOUGH_REPLICAS
+            except KafkaError as e:
+                results.append((key, _partition_result(index, e.code, str(e))))
+                continue
+            lg = replica.log
             records = part.records
             if not records:
                 results.append(
@@ -146,7 +170,9 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                     results.append((key, _partition_result(index, code)))
                     continue
             try:
-                info = lg.append(records, single_batch=True, verification_guard=guard)
+                # checks leadership again (it may have moved while verifying), stamps
+                # the leader epoch in a cluster, and tells the high-watermark rule
+                info = replica.append(records, single_batch=True, verification_guard=guard)
             except KafkaError as e:
                 code, msg = error_fields(e)
                 log.log(
@@ -177,7 +203,6 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
             finally:
                 release()  # the producer's next batch to this partition may go on
             if not info.duplicate:  # a duplicate wrote nothing
-                broker.after_append(name, index, lg)  # type: ignore[arg-type]
                 broker.logs.space.write_succeeded()
             result = _partition_result(
                 index,
@@ -189,14 +214,28 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
             )
             results.append((key, result))
             if acks != 0:  # acks=1 waits too: on one node it is acks=all (module doc)
-                waits.append(broker.wait_durable(lg, info.last_offset + 1))
+                waits.append(_wait(broker, replica, acks, info.last_offset + 1, timeout))
                 wait_slots.append(result)
+    # Every append is done (or refused): free the slots of batches never tried, then the
+    # connection, so a pipelined Produce behind this one appends now and shares the
+    # fsync this one waits for (server/listener.py). Nothing below changes state.
+    for slot in slots.values():
+        slot.release()
+    ctx.release()
     if acks == 0:
         return None
     if waits:
         outcomes = await asyncio.gather(*waits, return_exceptions=True)
         for waited, outcome in zip(wait_slots, outcomes):
-            if isinstance(outcome, BaseException):
+            if isinstance(outcome, ErrorCode) and outcome != ErrorCode.none:
+                waited["error_code"] = outcome  # REQUEST_TIMED_OUT, ..._AFTER_APPEND
+                if outcome != ErrorCode.not_enough_replicas_after_append:
+                    waited["base_offset"] = -1
+            elif isinstance(outcome, KafkaError):  # leadership moved while waiting
+                waited["error_code"] = outcome.code
+                waited["error_message"] = str(outcome)
+                waited["base_offset"] = -1
+            elif isinstance(outcome, BaseException):
                 waited["error_code"] = ErrorCode.kafka_storage_error
                 waited["error_message"] = f"fsync failed: {outcome}"
                 waited["base_offset"] = -1

@@ -16,7 +16,11 @@ so the earlier batch would afterwards look like an old retry (DUPLICATE_SEQUENCE
 which clients take as "delivered") and be lost. So each request reserves, before its
 handler first awaits, a *slot* per (partition, producer) for its transactional batches,
 behind any slot of the same producer already waiting there; a batch is appended only once
-the slot ahead of it is released (after that batch's append, or its refusal).
+the slot ahead of it is released (after that batch's append, or its refusal). Since a
+connection now starts its next Produce only once the previous one has appended
+(server/listener.py), slots order the batches of one producer that reach a partition
+over different connections (a reconnect while a request still waits for verification);
+they cost nothing when no batch is waiting.
 """
 
 from __future__ import annotations
