@@ -24,12 +24,16 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tidegate.common.config import BrokerConfig
 from tidegate.server.broker import Broker
 from tidegate.server.listener import Listener
 from tidegate.storage.dir_lock import LogDirLock
 from tidegate.storage.disk_space import disk_full_error
+
+if TYPE_CHECKING:
+    from tidegate.server.cluster.node import ClusterNode
 
 log = logging.getLogger("tidegate.server")
 
@@ -47,13 +51,30 @@ class BrokerApp:
         space.warn_bytes = config.get_int("log.dir.free.space.warn.bytes") or 0
         self.broker.group_commit.on_error = space.write_failed
         self.listener = Listener(self.broker)
+        # Cluster mode (zookeeper.connect set): ZooKeeper, registration, the controller,
+        # metadata and replica roles; see server/cluster/node.py. Off by default.
+        self.cluster: ClusterNode | None = None
+        if config.get("zookeeper.connect"):
+            from tidegate.server.cluster.node import ClusterNode
+
+            self.cluster = ClusterNode(config, on_fatal=self._fatal)
+        self.fatal: BaseException | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.bound: list[tuple[str, int]] = []
 
     async def start(self) -> list[tuple[str, int]]:
         loop = asyncio.get_running_loop()
+        if self.cluster is not None:
+            await self._prepare_cluster()
         await loop.run_in_executor(None, self.broker.load)
+        if self.cluster is not None:
+            await self.cluster.start(self.broker.replicas)
+            # Coordinators do not run in cluster mode yet: they would need the internal
+            # topics' leadership (FindCoordinator answers COORDINATOR_NOT_AVAILABLE).
+            self.bound = await self.listener.start()
+            self._start_chores()
+            return self.bound
         # -- group coordinator: create __consumer_offsets if missing, replay it in the
         # background (COORDINATOR_LOAD_IN_PROGRESS until done), run its timers and
         # offset expiry (offsets.retention.check.interval.ms); see server/group_coordinator.py
@@ -62,6 +83,26 @@ class BrokerApp:
         # left prepared; see server/txn_coordinator.py
         await self.broker.txn_coordinator.start()
         self.bound = await self.listener.start()
+        self._start_chores()
+        return self.bound
+
+    async def _prepare_cluster(self) -> None:
+        """Before the logs load: ZooKeeper, the cluster id, the metadata view, topic admin."""
+        from tidegate.server.cluster.topic_admin import ClusterTopicAdmin
+
+        assert self.cluster is not None
+        cluster_id = await self.cluster.prepare()
+        self.broker.logs.adopt_cluster_id(cluster_id)
+        self.broker.metadata = self.cluster.make_metadata()
+        rf = self.config.get_int("default.replication.factor", 1) or 1
+        self.broker.topic_admin = ClusterTopicAdmin(self.cluster.zk, rf)
+
+    def _fatal(self, exc: BaseException) -> None:
+        log.error("stopping: %s", exc)
+        self.fatal = exc
+        self.request_stop()
+
+    def _start_chores(self) -> None:
         interval = self.config.get_int("log.retention.check.interval.ms", 300000) or 300000
         self._tasks.append(asyncio.create_task(self._every(interval, self._retention)))
         if self.config.get_bool("log.cleaner.enable"):
@@ -69,6 +110,9 @@ class BrokerApp:
             self._tasks.append(asyncio.create_task(self._every(backoff, self._clean)))
         ckpt = self.config.get_int("log.flush.offset.checkpoint.interval.ms", 60000) or 60000
         self._tasks.append(asyncio.create_task(self._every(ckpt, self._checkpoint)))
+        if self.cluster is not None:  # followers' and leaders' HWs survive a restart
+            hw_ms = self.config.get_int("replica.high.watermark.checkpoint.interval.ms") or 5000
+            self._tasks.append(asyncio.create_task(self._every(hw_ms, self._checkpoint_hw)))
         sched = self.config.get_int("log.flush.scheduler.interval.ms", 1000) or 1000
         self._tasks.append(asyncio.create_task(self._every(sched, self._timed_flush)))
         # -- idempotent producers: expire idle producer state -------------------------
@@ -78,7 +122,6 @@ class BrokerApp:
         space_ms = self.config.get_int("log.dir.free.space.check.interval.ms") or 30000
         self.broker.logs.space.check()
         self._tasks.append(asyncio.create_task(self._every(space_ms, self._check_space)))
-        return self.bound
 
     async def _every(self, interval_ms: int, job: Callable[[], None]) -> None:
         loop = asyncio.get_running_loop()
@@ -100,6 +143,9 @@ class BrokerApp:
 
     def _checkpoint(self) -> None:
         self.broker.logs.checkpoint_recovery_points()
+
+    def _checkpoint_hw(self) -> None:
+        self.broker.logs.checkpoint_high_watermarks()
 
     def _timed_flush(self) -> None:
         now = self.broker.clock.now_ms()
@@ -130,6 +176,8 @@ class BrokerApp:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.listener.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.broker.txn_coordinator.stop()
         await self.broker.group_coordinator.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
@@ -153,6 +201,8 @@ async def _main(config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]]
         await app.serve_forever()
     finally:
         await app.stop()
+    if app.fatal is not None:
+        raise app.fatal
 
 
 def run_broker(

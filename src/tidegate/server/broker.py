@@ -24,6 +24,7 @@ from tidegate.server.dynamic_config import activate_cluster_defaults
 from tidegate.server.group_config import GroupConfigStore
 from tidegate.server.metadata_view import EmbeddedMetadata, MetadataView
 from tidegate.server.replica_manager import ReplicaManager
+from tidegate.server.topic_admin import EmbeddedTopicAdmin, TopicAdmin
 from tidegate.storage.config import LogConfig, topic_defaults_from_broker
 from tidegate.storage.log import Log
 from tidegate.storage.log_manager import LogManager
@@ -52,10 +53,14 @@ class Broker:
             self.clock,
             node_id=self.node_id,
             cluster_id=config.get("cluster.id") or None,
+            cluster=bool(config.get("zookeeper.connect")),
         )
         self.metadata: MetadataView = EmbeddedMetadata(config, self.logs)
         # partitions hosted here, their high watermarks, fetch wake-ups
-        self.replicas = ReplicaManager(self.logs)
+        self.replicas = ReplicaManager(self.logs, cluster=bool(config.get("zookeeper.connect")))
+        # creating and deleting topics: the local topics file (cluster: ZooKeeper, set
+        # by BrokerApp)
+        self.topic_admin: TopicAdmin = EmbeddedTopicAdmin(self)
         self.group_commit = self.replicas.group_commit
         self.started_at = self.clock.monotonic()
         self._init_idempotence()

@@ -127,7 +127,9 @@ class Partition:
     def append_control(self, data: bytes, *, coordinator_epoch: int | None = None) -> AppendInfo:
         """Append broker-built batches (markers, coordinator records)."""
         self.check_leader()
-        info = self.log.append_control(data, coordinator_epoch=coordinator_epoch)
+        info = self.log.append_control(
+            data, coordinator_epoch=coordinator_epoch,
+            leader_epoch=self.leader_epoch if self.stamp_epoch else None)
         if info.first_offset >= 0:
             self._manager.after_append(self)
         return info

@@ -136,7 +136,7 @@ class ReplicaManager:
         part.leader_id = self.logs.node_id
         if self.cluster:
             lg = part.log
-            lg.leader_epoch_cache.assign(leader_epoch, lg.log_end_offset)
+            lg.assign_leader_epoch(leader_epoch)
             part.leadership = Leadership(
                 lg, self.logs.clock, leader_id=self.logs.node_id, leader_epoch=leader_epoch,
                 replicas=replicas or (self.logs.node_id,), isr=isr or (self.logs.node_id,),

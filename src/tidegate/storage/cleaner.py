@@ -260,6 +260,8 @@ class _SegmentCleaner:
             for seg in group:  # markers are all kept, so their entries stay valid
                 new.txn_index.extend(seg.txn_index.entries)
             new.on_become_inactive()
+            new.offset_index.write_pending()  # a full disk fails the cleaning, not later
+            new.time_index.write_pending()
             new.sync()
         except BaseException:
             new.close()

@@ -12,6 +12,11 @@ not expected to repeat. `check()` (run periodically) measures the
 volume with `statvfs` and warns once when free space falls under
 `log.dir.free.space.warn.bytes`, and once when it is back above it.
 
+Work parked on a full disk (a coordinator partition waiting to reload, a marker to
+write) asks `freed_since(mark)` whether retrying is worth it: the disk is no longer full,
+or `statvfs` shows `FREED_BYTES` more usable space than when its write was refused. So
+it retries as soon as space returns, not after a backoff grown while the disk was full.
+
 Thread-safe: writers report from the event loop and from worker threads.
 """
 
@@ -29,6 +34,7 @@ from tidegate.common.clock import Clock, SystemClock
 __all__ = [
     "CLEAR_AFTER_S",
     "DEFAULT_WARN_BYTES",
+    "FREED_BYTES",
     "LogDirSpace",
     "SpaceUsage",
     "disk_full_error",
@@ -40,6 +46,7 @@ log = logging.getLogger("tidegate.storage.disk")
 DEFAULT_WARN_BYTES = 1 << 30
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 CLEAR_AFTER_S = 5.0
+FREED_BYTES = 1 << 20  # usable space grown this much since a refused write: retry
 
 
 def disk_full_error(exc: BaseException | None) -> OSError | None:
@@ -129,6 +136,21 @@ class LogDirSpace:
             self.directory,
             refused,
         )
+
+    def mark(self) -> int:
+        """A mark for `freed_since`, taken when a write was refused: usable bytes now."""
+        usage = self.usage()
+        return 0 if usage is None else usage.usable_bytes
+
+    def freed_since(self, mark: int) -> bool:
+        """Whether a write refused for a full disk when `mark` was taken is worth trying
+        again: the disk is not (or no longer) full, or `FREED_BYTES` more are usable. A
+        quota (EDQUOT) does not show in `statvfs`: there only the first holds, and the
+        caller's backoff does the rest."""
+        if not self.full:
+            return True
+        usage = self.usage()
+        return usage is not None and usage.usable_bytes >= mark + FREED_BYTES
 
     # -- free space -------------------------------------------------------------------------
 

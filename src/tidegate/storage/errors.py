@@ -15,6 +15,7 @@ __all__ = [
     "InvalidTimestampError",
     "LogDirectoryError",
     "RecordListTooLargeError",
+    "UnexpectedAppendOffsetError",
 ]
 
 
@@ -40,6 +41,12 @@ class InconsistentClusterIdError(KafkaError):
     """meta.properties belongs to another cluster."""
 
     code = ErrorCode.inconsistent_cluster_id
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A follower was given batches that do not continue its log (a base offset below
+    its log end, or out of order): it must truncate or re-fetch (Kafka's
+    UnexpectedAppendOffsetException, which has no wire code of its own)."""
 
 
 class LogDirectoryError(KafkaStorageError):

@@ -70,18 +70,25 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace `path` with `data` through a temporary file and a rename; with `sync`,
+    fsynced (file, then directory). A failed write leaves `path` as it was."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
+        if sync:
+            os.fsync(fd)
+    except BaseException:
         os.close(fd)
+        tmp.unlink(missing_ok=True)  # a full disk: leave no partial file behind
+        raise
+    os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 def read_single_value(path: Path) -> str | None:

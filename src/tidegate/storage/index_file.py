@@ -84,14 +84,23 @@ class IndexFile:
         self._dirty = True
 
     def truncate_entries(self, count: int) -> None:
-        """Keep only the first `count` entries, in memory and on disk."""
-        self.write_pending()
+        """Keep only the first `count` entries, in memory and on disk. A full disk does
+        not fail it: queued entries it cannot write first stay queued (those past
+        `count` are dropped)."""
+        try:
+            self.write_pending()
+        except OSError:
+            pass  # handled below: the file has `_written` entries
         if count >= len(self):
             return
         self._truncate_entries(count)
-        os.ftruncate(self._fd, count * self.entry_size)
-        self._written = count
-        self._dirty = True
+        if count <= self._written:
+            self._pending.clear()
+            os.ftruncate(self._fd, count * self.entry_size)  # shrinking needs no space
+            self._written = count
+            self._dirty = True
+        else:
+            del self._pending[(count - self._written) * self.entry_size :]
 
     def reset(self) -> None:
         self.truncate_entries(0)

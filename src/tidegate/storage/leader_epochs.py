@@ -383,7 +383,7 @@ def load_leader_epochs(
     before = cache.entries
     latest = cache.latest_entry
     scan_from: int | None
-    if not present or (latest is not None and latest.start_offset >= log_end):
+    if not present or (latest is not None and latest.start_offset > log_end):
         if present:
             log.warning("%s reaches past the log end %d; rebuilding it from the log",
                         path, log_end)

@@ -23,10 +23,18 @@ decoded (`markers`) on append and on replay, so recovery knows each outcome. KIP
 guards (`begin_verification`, `append(..., verification_guard=)`, `storage.verification`)
 stop a late batch from reopening a transaction its marker already ended.
 
+Replication (cluster mode; `log_replica`): a leader epoch cache (`leader_epochs`,
+`leader-epoch-checkpoint`) records where each leader epoch stamped by `append` /
+`append_control` (`leader_epoch=`) begins; `append_as_follower` writes a leader's
+fetched batches unchanged; `truncate_to` cuts a follower's divergent tail;
+`maybe_increment_log_start_as_follower` follows the leader's log start. The embedded
+broker passes no epoch and uses none of it: its logs behave as before.
+
 Invariants:
-- `high_watermark` <= `log_end_offset`; only `update_high_watermark` raises it (never
-  lowers it), only truncation lowers it; at open it is the log end offset (everything
-  recovered is on disk);
+- `high_watermark` <= `log_end_offset`; only `update_high_watermark` /
+  `set_high_watermark_as_follower` raise it (never lower it), only truncation lowers it;
+  at open it is the log end offset (everything recovered is on disk), or in cluster mode
+  the checkpointed HW `Log.open(high_watermark=)` gives, capped by the log end;
 - `last_stable_offset` = max(log start, min(high watermark, first offset of the oldest
   transaction that is open or whose marker is at or above the high watermark)); it only
   grows, except by truncation. A finished transaction stays "unreplicated" until the
@@ -41,7 +49,15 @@ Invariants:
 - `recovery_point` <= `log_end_offset`, and everything below it has been fdatasync'ed;
 - files hold batches exactly as on the wire; nothing here decodes records except the
   two timestamp queries, which decode one batch each, and markers (one record each);
-- the producer state reflects exactly the batches below `log_end_offset`.
+- the producer state reflects exactly the batches below `log_end_offset`: an append is
+  all or nothing whichever write fails (a full disk). Before the `.log` write nothing
+  is changed that a failure would not undo (a roll's new segment and snapshot are
+  removed, a half-written batch is cut off); after it nothing may fail: index entries
+  that cannot be written stay queued, an aborted transaction's `.txnindex` entry too —
+  in memory at once, and written by `flush` before the recovery point may pass it;
+- the epoch cache's entries lie in [log_start_offset, log_end_offset] (a new leader's
+  entry may sit at the log end before it writes), and every batch below
+  `recovery_point` has its epoch in the checkpoint file (see `log_replica`).
 
 Thread-safety contract: one lock (held only for in-memory work, page-cache writes and
 reads, and a few renames/unlinks) serialises `append`, `read`, truncation, retention,
@@ -62,7 +78,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +90,18 @@ from tidegate.records.control import ControlType
 from tidegate.storage import queries, retention
 from tidegate.storage.config import LogConfig
 from tidegate.storage.errors import RecordListTooLargeError
-from tidegate.storage.files import atomic_write, fsync_dir, parse_partition_dir
+from tidegate.storage.files import (
+    INDEX_EXT,
+    LOG_EXT,
+    TIMEINDEX_EXT,
+    TXNINDEX_EXT,
+    atomic_write,
+    fsync_dir,
+    parse_partition_dir,
+    segment_path,
+)
+from tidegate.storage.leader_epochs import load_leader_epochs
+from tidegate.storage.log_replica import ReplicaLog
 from tidegate.storage.log_txn import TransactionalLog
 from tidegate.storage.markers import marker_of
 from tidegate.storage.producer_state import (
@@ -122,9 +149,14 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class Log(TransactionalLog):
+class Log(TransactionalLog, ReplicaLog):
     def __init__(
-        self, directory: Path, config: LogConfig, clock: Clock, opened: OpenedPartition
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        opened: OpenedPartition,
+        high_watermark: int | None = None,
     ) -> None:
         """Use `Log.open`."""
         parsed = parse_partition_dir(directory.name)
@@ -139,7 +171,14 @@ class Log(TransactionalLog):
         leo = self._segs.active.next_offset
         self._log_start_offset = min(max(opened.log_start_offset, self._segs.bases[0]), leo)
         self._recovery_point = leo
-        self._high_watermark = leo
+        hw = leo
+        if high_watermark is not None:
+            hw = min(max(high_watermark, self._log_start_offset), leo)
+        self._high_watermark = hw
+        # Called (outside the lock) after `truncate_to`: the owner checkpoints recovery
+        # points at once, so a stale one above the new end cannot vouch for data
+        # appended later (LogManager sets it).
+        self.on_truncated: Callable[[Log], None] | None = None
         self.last_flush_ms: int = clock.now_ms()
         self._first_dirty = opened.first_dirty_offset
         self._flush_mutex = threading.Lock()
@@ -147,13 +186,19 @@ class Log(TransactionalLog):
         self._producers = ProducerStateManager()
         self._unsynced_snapshots: list[Path] = []  # written at rolls, fsynced by flush
         now = clock.now_ms()
-        self._producers.on_high_watermark_updated(leo)
+        self._producers.on_high_watermark_updated(hw)
         if load_producer_state(
             self._producers, directory, self._segs.segments, self._log_start_offset, now
         ):  # replayed batches: snapshot now so the next start need not (data is synced)
             self._producers.take_snapshot(directory)
         self._last_stable_offset = self._log_start_offset
         self._refresh_lso(allow_backwards=True)
+        self._epochs, changed = load_leader_epochs(
+            directory, self._segs.segments, self._log_start_offset, opened.recovered_from
+        )
+        self._epochs_version, self._epochs_written = int(changed), 0
+        self._epochs_io = threading.Lock()
+        self._persist_epochs(quiet=True)
 
     @classmethod
     def open(
@@ -164,16 +209,19 @@ class Log(TransactionalLog):
         *,
         topic_id: uuid.UUID | None = None,
         recovery_point: int | None = None,
+        high_watermark: int | None = None,
     ) -> Log:
         """Create or open the partition directory. After an unclean shutdown, segments
         from the one holding `recovery_point` on (all if None) are CRC-checked and cut at
         the first torn or corrupt batch; after a clean one files are trusted, but index
-        files that are missing or fail their sanity check are rebuilt."""
+        files that are missing or fail their sanity check are rebuilt. The high
+        watermark starts at the log end, or at `high_watermark` (cluster mode: the
+        checkpointed one) clamped to [log start, log end]."""
         directory = Path(directory)
         opened = open_partition_dir(
             directory, config, clock.now_ms(), topic_id=topic_id, recovery_point=recovery_point
         )
-        return cls(directory, config, clock, opened)
+        return cls(directory, config, clock, opened, high_watermark)
 
     # -- properties --------------------------------------------------------------------
 
@@ -272,11 +320,17 @@ class Log(TransactionalLog):
         )
 
     def append_control(
-        self, data: bytes, *, now_ms: int | None = None, coordinator_epoch: int | None = None
+        self,
+        data: bytes,
+        *,
+        now_ms: int | None = None,
+        coordinator_epoch: int | None = None,
+        leader_epoch: int | None = None,
     ) -> AppendInfo:
         """Append broker-built batches (e.g. transaction markers), control ones included.
         Producer epochs are still checked (markers also against `coordinator_epoch`). A
-        control batch must be a COMMIT/ABORT marker (else InvalidRecordError)."""
+        control batch must be a COMMIT/ABORT marker (else InvalidRecordError).
+        `leader_epoch` is stamped as in `append` (outside the CRC)."""
         now = self._clock.now_ms() if now_ms is None else now_ms
         found: list[tuple[int, BatchHeader]] = []
         types: list[ControlType | None] = []
@@ -292,7 +346,7 @@ class Log(TransactionalLog):
             bytearray(data),
             found,
             now,
-            None,
+            leader_epoch,
             from_client=False,
             coordinator_epoch=coordinator_epoch,
             control_types=types,
@@ -341,6 +395,11 @@ class Log(TransactionalLog):
             seg = self._maybe_roll(len(buf), max_ts, headers[-1].last_offset, now)
             seg.append(buf, headers, positions)
             types = control_types or [None] * len(headers)
+            # The batches are in the log: from here on nothing may fail the append, or
+            # the log would hold batches the producer state does not know (a retry
+            # written twice, a transaction open on disk but not in memory). An aborted
+            # transaction's index entry is in memory at once; its file write may stay
+            # pending on a full disk (`flush` writes it, and fails until it can).
             for h, ctype in zip(headers, types):
                 done = psm.update(h, now, coordinator_epoch=coordinator_epoch, control_type=ctype)
                 if done is not None and done.is_aborted:
@@ -348,6 +407,8 @@ class Log(TransactionalLog):
                     seg.txn_index.append(
                         TxnIndexEntry(done.producer_id, done.first_offset, done.last_offset, stable)
                     )
+            if leader_epoch is not None:
+                self._note_epochs(headers)
             lso = self._log_start_offset
         return AppendInfo(
             first_offset=headers[0].base_offset,
@@ -372,21 +433,42 @@ class Log(TransactionalLog):
         )
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now: int) -> LogSegment:
+        """The segment to append to, rolling first when due. The steps that can fail (a
+        full disk) come first and are undone on failure, so a failed roll leaves the log
+        as it was: above all no stray empty `<log end>.log`, which the next start would
+        take for the active segment, cutting whatever was appended to this one since."""
         active = self._segs.active
         if not active.should_roll(size, max_ts, last_offset, now):
             return active
         leo = active.next_offset
-        new = LogSegment(self.directory, leo, self._config, now, create=True)
+        new = self._create_segment(leo, now, keep=active)
+        try:
+            # Snapshot at the new segment's base, as Kafka does; fsynced by the next
+            # flush (only the newest two exist, so only they need it).
+            path = self._producers.take_snapshot(self.directory, sync=False)
+        except BaseException:
+            if new.base_offset != active.base_offset:
+                new.close()
+                new.delete_files()
+            raise
         if active.size == 0:  # empty, yet relative offsets would overflow: rebase it
             self._segs.drop(active)
         else:
-            active.on_become_inactive()
+            active.on_become_inactive()  # its last time index entry may stay queued
         self._segs.append(new)
-        # Snapshot at the new segment's base, as Kafka does; fsynced by the next flush
-        # (only the newest two exist, so only they need it).
-        path = self._producers.take_snapshot(self.directory, sync=False)
         self._unsynced_snapshots = [*self._unsynced_snapshots[-1:], path]
         return new
+
+    def _create_segment(self, base: int, now: int, *, keep: LogSegment) -> LogSegment:
+        """A new empty segment at `base`; if creating it fails, the files it made are
+        removed (unless they are `keep`'s)."""
+        try:
+            return LogSegment(self.directory, base, self._config, now, create=True)
+        except BaseException:
+            if base != keep.base_offset:
+                for ext in (LOG_EXT, INDEX_EXT, TIMEINDEX_EXT, TXNINDEX_EXT):
+                    segment_path(self.directory, base, ext).unlink(missing_ok=True)
+            raise
 
     # -- read --------------------------------------------------------------------------
 
@@ -436,8 +518,11 @@ class Log(TransactionalLog):
                 target = self.log_end_offset
                 generation = segs.generation
                 todo = segs.segments[segs.floor_index(self._recovery_point) :]
+                for seg in todo:  # entries a full disk left queued; raises until written
+                    seg.write_pending()
                 sync_dir, segs.dir_dirty = segs.dir_dirty, False
                 snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
+                epochs = self._epochs_to_write()  # covers every batch below `target`
                 segs.pin()
             try:
                 for seg in todo:
@@ -446,6 +531,8 @@ class Log(TransactionalLog):
                     _fsync_if_exists(path)
                 if sync_dir:
                     fsync_dir(self.directory)
+                if epochs is not None:
+                    self._write_epochs(*epochs)
             except OSError:
                 with self._lock:
                     segs.dir_dirty = segs.dir_dirty or sync_dir
@@ -491,12 +578,22 @@ class Log(TransactionalLog):
                     f"{self.topic_partition} is {self.high_watermark}"
                 )
             if offset > self._log_start_offset:
-                self._log_start_offset = offset
-                self._write_offset_file(LOG_START_OFFSET_FILE, offset)
-                self._delete_oldest(retention.below_start_offset(self._segs.segments, offset))
-                self._producers.truncate_head(self._log_start_offset, self.directory)
-                self._refresh_lso()
+                self._increment_log_start(offset)
             return self._log_start_offset
+
+    def _increment_log_start(self, offset: int) -> None:
+        """Move the log start up to `offset` (<= log end; DeleteRecords, a follower
+        following its leader): persisted, segments wholly below deleted, the epoch cache
+        cut, the HW raised to it if below (only a follower's can be)."""
+        self._log_start_offset = offset
+        self._write_offset_file(LOG_START_OFFSET_FILE, offset)
+        self._delete_oldest(retention.below_start_offset(self._segs.segments, offset))
+        self._producers.truncate_head(self._log_start_offset, self.directory)
+        if self._high_watermark < offset:
+            self._high_watermark = offset
+            self._producers.on_high_watermark_updated(offset)
+        self._epochs_cut(self._epochs.truncate_from_start(offset, flush=False))
+        self._refresh_lso()
 
     def apply_retention(self, now_ms: int) -> int:
         """Under cleanup.policy delete, delete the oldest segments by retention.ms (their
@@ -512,6 +609,9 @@ class Log(TransactionalLog):
             n += self._delete_oldest(retention.expired_by_size(self._segs.segments, cfg, hw))
             if n:  # producers stay (see producer_state); older snapshots go
                 self._producers.truncate_head(self._log_start_offset, self.directory)
+                self._epochs_cut(
+                    self._epochs.truncate_from_start(self._log_start_offset, flush=False)
+                )
                 self._refresh_lso()
             return n
 
@@ -526,39 +626,95 @@ class Log(TransactionalLog):
     def truncate_to(self, offset: int) -> int:
         """Remove the batch holding `offset` and everything after it; returns the new
         log end offset (<= `offset`). Truncating below the first segment empties the log
-        and restarts it at `offset` (Kafka's truncateFullyAndStartAt)."""
+        and restarts it at `offset` (Kafka's truncateFullyAndStartAt).
+
+        What a follower does to a divergent tail (cluster mode): segments and indexes
+        are cut, `.txnindex` entries whose marker is cut go, the producer state is
+        rewound (newest snapshot at or below the new end, then replay), the epoch cache
+        is cut at the new end, the HW and LSO are clamped (the LSO may move back) and the
+        recovery point drops to the new end; then `on_truncated` lets the owner
+        checkpoint it at once. Cutting below the HW (an unclean election) is logged as
+        a warning. It may replay and fsync: call it from a worker thread. Readers
+        without the lock see the HW and LSO clamped before any data goes."""
         segs = self._segs
         with self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
                 return self.log_end_offset
-            segs.generation += 1
-            self._high_watermark = min(self._high_watermark, offset)
-            self._producers.on_high_watermark_updated(self._high_watermark)
+            self._begin_truncation(offset)
             if offset < segs.bases[0]:
-                fresh = LogSegment(
-                    self.directory, offset, self._config, self._clock.now_ms(), create=True
-                )
-                for seg in list(segs.segments):
-                    segs.drop(seg)
-                segs.append(fresh)
-                self._log_start_offset = offset
-                self._write_offset_file(LOG_START_OFFSET_FILE, offset)
-                self._producers.truncate_fully_and_start_at(self.directory, offset)
+                self._reset_at(offset)
             else:
-                while segs.bases[-1] > offset:
+                # A segment starting at `offset` goes too, rather than stay empty: the
+                # batches appended next then land where the leader's did (its segment
+                # boundaries are decided by the batches before them, which both share).
+                while len(segs.segments) > 1 and segs.bases[-1] >= offset:
                     segs.drop(segs.active)
                 segs.active.truncate_to(offset)
                 self._rewind_producer_state()
-            leo = self.log_end_offset
-            self._log_start_offset = min(self._log_start_offset, leo)
-            self._recovery_point = min(self._recovery_point, leo)
-            self._high_watermark = min(self._high_watermark, leo)
-            self._producers.on_high_watermark_updated(self._high_watermark)
-            self._refresh_lso(allow_backwards=True)
-            if self._first_dirty > leo:
-                self.set_first_dirty_offset(leo)
-            return leo
+                self._epochs_cut(self._epochs.truncate_from_end(self.log_end_offset, flush=False))
+            leo = self._finish_truncation()
+        if self.on_truncated is not None:
+            self.on_truncated(self)
+        return leo
+
+    def truncate_fully_and_start_at(self, offset: int) -> int:
+        """Delete every segment and restart the log, empty, at `offset` (Kafka's
+        truncateFullyAndStartAt): a follower whose log end is below its leader's log
+        start (its fetch answered OFFSET_OUT_OF_RANGE) starts over there. The producer
+        state and epoch cache are emptied; HW = LSO = log start = log end = `offset`.
+        Worker thread, like `truncate_to`. Returns `offset`."""
+        with self._lock:
+            self._check_open()
+            self._begin_truncation(offset)
+            self._reset_at(offset)
+            leo = self._finish_truncation()
+        if self.on_truncated is not None:
+            self.on_truncated(self)
+        return leo
+
+    def _begin_truncation(self, offset: int) -> None:
+        if offset < self._high_watermark:
+            log.warning(
+                "%s: truncating to %d, below the high watermark %d: records that were "
+                "committed are removed (unclean leader election?)",
+                self.topic_partition, offset, self._high_watermark,
+            )
+        self._segs.generation += 1
+        # Clamped first: loop-side readers take these without the lock.
+        self._high_watermark = min(self._high_watermark, offset)
+        self._last_stable_offset = min(self._last_stable_offset, offset)
+        self._producers.on_high_watermark_updated(self._high_watermark)
+
+    def _reset_at(self, offset: int) -> None:
+        segs = self._segs
+        keep = next((seg for seg in segs.segments if seg.base_offset == offset), None)
+        if keep is not None:  # its files have the new segment's names: empty it instead
+            keep.truncate_to(offset)
+        else:  # created first, so a failure leaves the log as it was
+            keep = LogSegment(
+                self.directory, offset, self._config, self._clock.now_ms(), create=True
+            )
+            segs.append(keep)
+        for seg in list(segs.segments):
+            if seg is not keep:
+                segs.drop(seg)
+        self._log_start_offset = offset
+        self._recovery_point = min(self._recovery_point, offset)
+        self._write_offset_file(LOG_START_OFFSET_FILE, offset)
+        self._producers.truncate_fully_and_start_at(self.directory, offset)
+        self._epochs_cut(self._epochs.clear_and_flush(flush=False))
+
+    def _finish_truncation(self) -> int:
+        leo = self.log_end_offset
+        self._log_start_offset = min(self._log_start_offset, leo)
+        self._recovery_point = min(self._recovery_point, leo)
+        self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
+        self._producers.on_high_watermark_updated(self._high_watermark)
+        self._refresh_lso(allow_backwards=True)
+        if self._first_dirty > leo:
+            self.set_first_dirty_offset(leo)
+        return leo
 
     def _rewind_producer_state(self) -> None:
         """After a tail truncation: newest snapshot at or below the new end, then replay."""
@@ -615,12 +771,14 @@ class Log(TransactionalLog):
                 return
             self._segs.active.on_become_inactive()
             for seg in self._segs.segments:
+                seg.write_pending()
                 seg.sync()
             for path in self._unsynced_snapshots:
                 _fsync_if_exists(path)
             self._unsynced_snapshots = []
             if self._producers.producers or self.log_end_offset > self._log_start_offset:
                 self._producers.take_snapshot(self.directory)  # at the end: no replay at open
+            self._persist_epochs()  # a clean start trusts it for every segment
             fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
             os.fsync(fd)
             os.close(fd)

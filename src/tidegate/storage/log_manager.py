@@ -4,7 +4,18 @@ It owns the log directory's files: `meta.properties` (node.id and cluster.id, Ka
 format, checked at load), `tidegate-topics.json` (see `topics.py`),
 `recovery-point-offset-checkpoint` (Kafka's format: how far each log is known fsynced,
 so the next start after a crash recovers only the tail), and one `<topic>-<partition>`
-directory per partition.
+directory per partition. In cluster mode (`cluster=True`) also Kafka's
+`replication-offset-checkpoint` (same format): each log's high watermark, written by
+`checkpoint_high_watermarks` (periodically, by the caller, and at close) and read at
+`load`, which starts each log's HW there (capped by its log end; a log missing from it
+starts at its log start): a restarted replica must not expose records it cannot know
+are committed. The embedded broker neither writes nor reads it; its HW starts at the
+log end, as everything recovered is fsynced.
+
+A log's truncation (`Log.truncate_to`, a follower cutting a divergent tail) checkpoints
+recovery points (and, in cluster mode, HWs) at once through `Log.on_truncated`: a stale
+recovery point above the new end would let the next start trust segments appended after
+the truncation without checking them.
 
 Only the first of several log dirs is used (JBOD is not supported yet). Its free space
 and full-disk state are tracked by `space` (`disk_space.LogDirSpace`): the periodic jobs
@@ -17,8 +28,10 @@ worst an orphan directory, which `load` moves aside as `<dir>.<uuid>-stray` (nev
 deleting data it does not understand). Leftover `*-delete` directories are removed.
 
 Threading: admin operations run on the event loop; `run_retention`, `run_cleaner`,
-`flush_all` and `checkpoint_recovery_points` may run in worker threads. An internal
-lock guards the topic and log maps; per-log work runs on snapshots outside it.
+`flush_all`, `checkpoint_recovery_points` and `checkpoint_high_watermarks` may run in
+worker threads. An internal lock guards the topic and log maps; per-log work runs on
+snapshots outside it. Checkpoint writes are serialised, each capturing its values under
+that serialisation, so an older capture never overwrites a newer file.
 """
 
 from __future__ import annotations
@@ -73,6 +86,7 @@ log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
+REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 
 
 class LogManager:
@@ -84,6 +98,7 @@ class LogManager:
         *,
         node_id: int = 1,
         cluster_id: str | None = None,
+        cluster: bool = False,
     ) -> None:
         dirs = [log_dirs] if isinstance(log_dirs, Path | str) else list(log_dirs)
         if not dirs:
@@ -99,12 +114,20 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._lock = threading.RLock()
         self.space = LogDirSpace(self.log_dir, clock=clock)
+        self.cluster = cluster
+        # Cluster mode: the HWs `load` read from replication-offset-checkpoint.
+        self._checkpointed_hws: dict[tuple[str, int], int] = {}
+        self._checkpoint_lock = threading.Lock()
 
     @property
     def cluster_id(self) -> str:
         if self._cluster_id is None:
             raise LogDirectoryError("cluster id unknown before load()")
         return self._cluster_id
+
+    def adopt_cluster_id(self, cluster_id: str) -> None:
+        """Cluster mode: the id ZooKeeper holds, before `load` checks meta.properties."""
+        self._cluster_id = cluster_id
 
     # -- startup and shutdown ------------------------------------------------------------
 
@@ -115,7 +138,9 @@ class LogManager:
         self._check_meta_properties()
         self.topics = load_topics(self.log_dir)
         recovery = read_offset_checkpoint(self.log_dir / RECOVERY_CHECKPOINT)
-        expected = {f"{t}-{p}" for t, m in self.topics.items() for p in range(m.partitions)}
+        if self.cluster:
+            self._checkpointed_hws = self._read_hw_checkpoint()
+        expected = {f"{t}-{p}" for t, m in self.topics.items() for p in m.local_partitions()}
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
             if not entry.is_dir():
                 continue
@@ -127,7 +152,7 @@ class LogManager:
         total = len(expected)
         for meta in list(self.topics.values()):
             cfg = self.effective_config(meta.name)
-            for p in range(meta.partitions):
+            for p in meta.local_partitions():
                 say(f"loading {meta.name}-{p} ({len(self._logs) + 1}/{total})")
                 self._open(meta, p, cfg, recovery.get((meta.name, p)))
         self.checkpoint_recovery_points()
@@ -167,13 +192,33 @@ class LogManager:
 
     def _open(self, meta: TopicMeta, partition: int, cfg: LogConfig, rp: int | None) -> Log:
         directory = self.log_dir / f"{meta.name}-{partition}"
+        # Cluster mode: the checkpointed HW; none = 0, which the log raises to its start.
+        hw = self._checkpointed_hws.get((meta.name, partition), 0) if self.cluster else None
         try:
-            lg = Log.open(directory, cfg, self.clock, topic_id=meta.topic_id, recovery_point=rp)
+            lg = Log.open(
+                directory, cfg, self.clock, topic_id=meta.topic_id, recovery_point=rp,
+                high_watermark=hw,
+            )
         except InconsistentTopicIdError as exc:
             self._set_aside(directory, f"is from an older topic ({exc})")
-            lg = Log.open(directory, cfg, self.clock, topic_id=meta.topic_id)
+            lg = Log.open(directory, cfg, self.clock, topic_id=meta.topic_id, high_watermark=hw)
+        lg.on_truncated = self._after_truncation
         self._logs[(meta.name, partition)] = lg
         return lg
+
+    def _after_truncation(self, _lg: Log) -> None:
+        self.checkpoint_recovery_points()
+        if self.cluster:
+            self.checkpoint_high_watermarks()
+
+    def _read_hw_checkpoint(self) -> dict[tuple[str, int], int]:
+        path = self.log_dir / REPLICATION_CHECKPOINT
+        try:
+            return read_offset_checkpoint(path)
+        except ValueError as exc:  # every HW then starts at its log start: safe, only slow
+            log.warning("%s is unreadable (%s); high watermarks restart at log starts",
+                        path, exc)
+            return {}
 
     def close(self) -> None:
         """Flush and close every log (each leaves a clean-shutdown marker). A log that
@@ -190,6 +235,8 @@ class LogManager:
             log.warning("%d partitions not closed cleanly (disk full); the next start "
                         "recovers them", unclean)
         self.checkpoint_recovery_points()
+        if self.cluster:
+            self.checkpoint_high_watermarks()
 
     # -- topics --------------------------------------------------------------------------
 
@@ -234,6 +281,61 @@ class LogManager:
         for lg in doomed:
             if lg is not None:
                 lg.delete()
+
+    # -- cluster mode: replicas of the partitions the controller assigned here ----------
+
+    def ensure_replica(
+        self, name: str, topic_id: uuid.UUID, partitions: int, partition: int,
+        configs: Mapping[str, str],
+    ) -> Log:
+        """Open (creating if needed) this broker's replica of `name`-`partition`.
+
+        The topic's metadata here follows ZooKeeper's: a different topic id means the
+        topic was deleted and re-created while this broker was away, so the old
+        replicas go (`remove_replica`) before the new one opens."""
+        with self._lock:
+            meta = self.topics.get(name)
+            if meta is not None and meta.topic_id != topic_id:
+                for p in list(meta.local_partitions()):
+                    self._drop_log(name, p)
+                del self.topics[name]
+                meta = None
+            hosted = frozenset() if meta is None or meta.hosted is None else meta.hosted
+            new = TopicMeta(name, topic_id, max(partitions, meta.partitions if meta else 0),
+                            dict(configs), hosted | {partition})
+            if new != meta:
+                self.topics[name] = new
+                save_topics(self.log_dir, self.topics)
+            cfg = self.effective_config(name)
+            lg = self._logs.get((name, partition))
+            if lg is None:
+                lg = self._open(new, partition, cfg, None)
+            elif meta is not None and meta.configs != new.configs:
+                for p in new.local_partitions():
+                    other = self._logs.get((name, p))
+                    if other is not None:
+                        other.update_config(cfg)
+            return lg
+
+    def remove_replica(self, name: str, partition: int) -> None:
+        """Delete this broker's replica of `name`-`partition` (the controller moved it
+        away or the topic was deleted); the topic goes when its last replica does."""
+        with self._lock:
+            meta = self.topics.get(name)
+            if meta is None:
+                return
+            hosted = frozenset(meta.local_partitions()) - {partition}
+            if hosted:
+                self.topics[name] = dataclasses.replace(meta, hosted=hosted)
+            else:
+                del self.topics[name]
+            save_topics(self.log_dir, self.topics)
+            self._drop_log(name, partition)
+
+    def _drop_log(self, name: str, partition: int) -> None:
+        lg = self._logs.pop((name, partition), None)
+        if lg is not None:
+            lg.delete()
 
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicMeta:
         with self._lock:
@@ -359,13 +461,25 @@ class LogManager:
         log.flush.offset.checkpoint.interval.ms): a crash then recovers only the tail.
         A full disk skips it quietly (the previous checkpoint stays valid, only older);
         the next run retries."""
-        points = {(t, p): lg.recovery_point for t, p, lg in self.logs()}
-        try:
-            write_offset_checkpoint(self.log_dir / RECOVERY_CHECKPOINT, points)
-        except OSError as exc:
-            if not self.space.write_failed(exc, "checkpointing recovery points"):
-                raise
-            return
+        self._write_checkpoint(RECOVERY_CHECKPOINT, "recovery points", lambda lg: lg.recovery_point)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Cluster mode: persist every log's high watermark to Kafka's
+        `replication-offset-checkpoint` (call periodically, as Kafka does every
+        replica.high.watermark.checkpoint.interval.ms; also done at close and after a
+        truncation). A full disk skips it quietly, as for recovery points."""
+        self._write_checkpoint(REPLICATION_CHECKPOINT, "high watermarks",
+                               lambda lg: lg.high_watermark)
+
+    def _write_checkpoint(self, name: str, what: str, value: Callable[[Log], int]) -> None:
+        with self._checkpoint_lock:
+            offsets = {(t, p): value(lg) for t, p, lg in self.logs()}
+            try:
+                write_offset_checkpoint(self.log_dir / name, offsets)
+            except OSError as exc:
+                if not self.space.write_failed(exc, f"checkpointing {what}"):
+                    raise
+                return
         self.space.write_succeeded()
 
     def _disk_full(self, exc: BaseException, what: str) -> bool:

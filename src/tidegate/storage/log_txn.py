@@ -40,7 +40,12 @@ class TransactionalLog:
         def _check_open(self) -> None: ...
 
         def append_control(
-            self, data: bytes, *, now_ms: int | None = None, coordinator_epoch: int | None = None
+            self,
+            data: bytes,
+            *,
+            now_ms: int | None = None,
+            coordinator_epoch: int | None = None,
+            leader_epoch: int | None = None,
         ) -> AppendInfo: ...
 
     @property
@@ -69,6 +74,18 @@ class TransactionalLog:
             self._refresh_lso()
             return True
 
+    def set_high_watermark_as_follower(self, leader_high_watermark: int) -> bool:
+        """A follower's HW after a fetch: the leader's, capped by this log's end (it may
+        not have fetched that far yet). True if it moved.
+
+        It stays or rises, never falls: Kafka's follower takes a lower value too (a new
+        leader's HW may lag its predecessor's), but an offset once below the HW was in
+        every in-sync replica, so a new leader from the ISR has it and it is committed
+        for good; only truncation (an unclean election) lowers the HW. Keeping it keeps
+        the LSO, which follows the HW here exactly as on the leader, from moving back.
+        Transactions whose marker the new HW passes become stable."""
+        return self.update_high_watermark(leader_high_watermark)
+
     def _refresh_lso(self, *, allow_backwards: bool = False) -> None:
         first = self._producers.first_unstable_offset()
         hw = self._high_watermark
@@ -82,15 +99,19 @@ class TransactionalLog:
         coordinator_epoch: int,
         commit: bool,
         now_ms: int | None = None,
+        *,
+        leader_epoch: int | None = None,
     ) -> AppendInfo:
         """Write a COMMIT or ABORT marker (WriteTxnMarkers). It ends the producer's open
         transaction here, if any (an abort goes to the txn index); without one it is
         still written and completes nothing (a retried or empty transaction's marker).
         INVALID_PRODUCER_EPOCH for an older producer epoch, TRANSACTION_COORDINATOR_FENCED
-        for an older coordinator epoch."""
+        for an older coordinator epoch. `leader_epoch` is stamped as in `Log.append`."""
         now = self._clock.now_ms() if now_ms is None else now_ms
         data = build_marker(producer_id, producer_epoch, coordinator_epoch, commit, now)
-        return self.append_control(data, now_ms=now, coordinator_epoch=coordinator_epoch)
+        return self.append_control(
+            data, now_ms=now, coordinator_epoch=coordinator_epoch, leader_epoch=leader_epoch
+        )
 
     def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, upper_bound_offset), from the

@@ -4,7 +4,8 @@ A marker (COMMIT / ABORT control batch, see `records.control`) is the only batch
 record content the producer state needs: its type decides whether the transaction it
 ends goes to the aborted-transaction index, and its coordinator epoch fences older
 transaction coordinators. `marker_of` decodes it from bytes (appends), `read_marker` from
-a segment (recovery and replay, which otherwise read batch headers only).
+a segment (recovery and replay, which otherwise read batch headers only), `decode_marker`
+from a replica's fetched bytes (`is_marker_batch` says which batches to decode).
 
 Control batches that are not transaction markers (e.g. KRaft's LEADER_CHANGE) are
 refused on append (`InvalidRecordError`); read back from disk they are logged and
@@ -24,7 +25,7 @@ from tidegate.records.record import decode_batch_tuples
 if TYPE_CHECKING:
     from tidegate.storage.segment import LogSegment
 
-__all__ = ["build_marker", "marker_of", "read_marker"]
+__all__ = ["build_marker", "decode_marker", "is_marker_batch", "marker_of", "read_marker"]
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +54,30 @@ def marker_of(
     return parse_control_record(key, value)
 
 
+def is_marker_batch(header: BatchHeader) -> bool:
+    """A control batch of a producer with a record: possibly a COMMIT/ABORT marker (an
+    empty one is what the cleaner leaves of a removed transaction)."""
+    return header.is_control and header.producer_id >= 0 and header.records_count > 0
+
+
 def read_marker(
     seg: LogSegment, position: int, header: BatchHeader
 ) -> tuple[ControlType, int] | None:
     """The marker stored at `position` of `seg`, or None (logged) if it is not one."""
+    return decode_marker(seg.read(position, header.size), 0, header, seg.log_path)
+
+
+def decode_marker(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader, where: object
+) -> tuple[ControlType, int] | None:
+    """The marker at `pos` of `buf` (CRC already checked, or not needed), or None, logged
+    with `where`, if it is not one: such a batch has no transactional effect."""
     try:
-        return marker_of(seg.read(position, header.size), check_crc=False)
+        return marker_of(buf, pos, check_crc=False)
     except (CorruptRecordError, InvalidRecordError) as exc:
         log.warning(
             "%s: control batch at offset %d is not a transaction marker: %s",
-            seg.log_path,
+            where,
             header.base_offset,
             exc,
         )

@@ -40,7 +40,7 @@ import crc32c
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE
-from tidegate.storage.files import TMP_SUFFIX, atomic_write, fsync_dir
+from tidegate.storage.files import atomic_write, fsync_dir
 
 __all__ = [
     "SEQUENCE_MODULUS",
@@ -231,14 +231,7 @@ def write_snapshot(
     """Durably write the snapshot for `offset` (temp + fsync + rename + fsync dir); with
     `sync=False`, temp + rename only: the caller fsyncs the file and directory later."""
     path = snapshot_path(directory, offset)
-    data = encode_snapshot(entries)
-    if sync:
-        atomic_write(path, data)
-        return path
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic_write(path, encode_snapshot(entries), sync=sync)
     return path
 
 

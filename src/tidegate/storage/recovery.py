@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidegate.common.errors import KafkaStorageError
-from tidegate.records.batch import HEADER_SIZE, LOG_OVERHEAD, parse_header
+from tidegate.records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, parse_header
+from tidegate.records.control import ControlType
 from tidegate.storage.config import LogConfig
 from tidegate.storage.errors import InconsistentTopicIdError
 from tidegate.storage.files import (
@@ -56,11 +57,11 @@ from tidegate.storage.files import (
     segment_path,
     write_partition_metadata,
 )
-from tidegate.storage.markers import read_marker
+from tidegate.storage.markers import is_marker_batch, read_marker
 from tidegate.storage.producer_snapshot import delete_snapshots_above
-from tidegate.storage.producer_state import ProducerStateManager
+from tidegate.storage.producer_state import CompletedTxn, ProducerStateManager
 from tidegate.storage.segment import LogSegment
-from tidegate.storage.txn_index import TxnIndexEntry
+from tidegate.storage.txn_index import TxnIndex, TxnIndexEntry
 
 __all__ = [
     "LoadResult",
@@ -69,6 +70,7 @@ __all__ = [
     "load_segments",
     "open_partition_dir",
     "rebuild_txn_indexes",
+    "replay_batch",
     "replay_producer_state",
 ]
 
@@ -86,6 +88,9 @@ class OpenedPartition:
     log_start_offset: int  # as persisted; the log clamps it to its segments
     topic_id: uuid.UUID | None
     first_dirty_offset: int  # where the cleaner resumes
+    # Base offset of the first segment recovery re-read (unflushed before a crash), None
+    # if every segment was trusted: the leader epoch cache re-derives its entries there.
+    recovered_from: int | None = None
 
 
 def open_partition_dir(
@@ -129,7 +134,9 @@ def open_partition_dir(
         marker.unlink()
         fsync_dir(directory)
     first_dirty = _read_offset(directory / CLEANER_OFFSET_FILE)
-    return OpenedPartition(result.segments, start, topic_id or existing, first_dirty)
+    return OpenedPartition(
+        result.segments, start, topic_id or existing, first_dirty, result.recovered_from
+    )
 
 
 def _read_offset(path: Path) -> int:
@@ -145,6 +152,7 @@ def _read_offset(path: Path) -> int:
 class LoadResult:
     segments: list[LogSegment]
     recovered: bool  # some segment was rewritten (truncated or indexes rebuilt)
+    recovered_from: int | None = None  # base offset of the first untrusted segment
 
 
 def load_segments(
@@ -174,6 +182,7 @@ def load_segments(
     bases.sort()
     segments: list[LogSegment] = []
     recovered = False
+    recovered_from: int | None = None
     for i, base in enumerate(bases):
         nxt = bases[i + 1] if i + 1 < len(bases) else None
         seg = LogSegment(directory, base, config, now_ms)
@@ -190,6 +199,8 @@ def load_segments(
         else:
             cut = seg.recover(max_next_offset=nxt)
             recovered = True
+            if recovered_from is None:
+                recovered_from = base
             if cut and nxt is not None:
                 log.warning(
                     "%s: deleting %d unflushed segments after the corruption in %s",
@@ -207,7 +218,7 @@ def load_segments(
         changed = True
     if changed:
         fsync_dir(directory)
-    return LoadResult(segments, recovered or changed)
+    return LoadResult(segments, recovered or changed, recovered_from)
 
 
 def _remove_leftovers(directory: Path) -> bool:
@@ -301,22 +312,34 @@ def replay_producer_state(
         indexing = index_from is not None and seg.base_offset >= index_from
         for pos, header in seg.iter_headers(position):
             count += 1
-            if not (header.is_control and header.producer_id >= 0 and header.records_count):
-                psm.replay(header, now_ms)
-                continue
-            marker = read_marker(seg, pos, header)
-            control_type, epoch = marker if marker is not None else (None, None)
-            done = psm.replay(header, now_ms, coordinator_epoch=epoch, control_type=control_type)
-            if indexing and done is not None and done.is_aborted:
-                seg.txn_index.append(
-                    TxnIndexEntry(
-                        done.producer_id,
-                        done.first_offset,
-                        done.last_offset,
-                        psm.index_stable_offset(done),
-                    )
-                )
+            marker = read_marker(seg, pos, header) if is_marker_batch(header) else None
+            replay_batch(psm, header, marker, now_ms, seg.txn_index if indexing else None)
     return count
+
+
+def replay_batch(
+    psm: ProducerStateManager,
+    header: BatchHeader,
+    marker: tuple[ControlType, int] | None,
+    now_ms: int,
+    txn_index: TxnIndex | None,
+) -> CompletedTxn | None:
+    """Apply one stored batch to `psm` without validation, as the log already holds it:
+    recovery's replay and a follower's append of the leader's batches (Kafka checks
+    nothing there either). `marker` is the batch's (type, coordinator epoch) when
+    `markers.is_marker_batch` (None if it is not a marker); an aborted transaction it
+    ends gets its entry in `txn_index` (the marker's segment's), if given, with Kafka's
+    lastStableOffset. Returns the transaction the marker ended, if any."""
+    control_type, epoch = marker if marker is not None else (None, None)
+    done = psm.replay(header, now_ms, coordinator_epoch=epoch, control_type=control_type)
+    if txn_index is not None and done is not None and done.is_aborted:
+        txn_index.append(
+            TxnIndexEntry(
+                done.producer_id, done.first_offset, done.last_offset,
+                psm.index_stable_offset(done),
+            )
+        )
+    return done
 
 
 def rebuild_txn_indexes(
@@ -336,3 +359,5 @@ def rebuild_txn_indexes(
         seg.txn_index_stale = False
     start = log_start_offset if loaded is None else loaded
     replay_producer_state(psm, segments, start, now_ms, index_from=base)
+    for seg in segments[first:]:
+        seg.txn_index.write_pending()  # the caller syncs them; a full disk fails the open

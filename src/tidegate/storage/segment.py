@@ -39,6 +39,7 @@ from tidegate.records.batch import (
     validate_batch,
 )
 from tidegate.storage.config import LogConfig
+from tidegate.storage.disk_space import disk_full_error
 from tidegate.storage.errors import CorruptIndexError
 from tidegate.storage.files import INDEX_EXT, LOG_EXT, TIMEINDEX_EXT, TXNINDEX_EXT, segment_path
 from tidegate.storage.offset_index import OffsetIndex
@@ -265,33 +266,60 @@ class LogSegment:
         self, data: Buffer, headers: Sequence[BatchHeader], positions: Sequence[int]
     ) -> None:
         """Write validated batches (`positions` are their offsets within `data`), then
-        index them. One write for the log, one per index."""
+        index them. One write for the log, one per index.
+
+        All or nothing for the log: if the write fails (a full disk) after part of the
+        data went in, the file is cut back to where it was, so no stray bytes lie past
+        `size` (a later append writes there; a restart would have to cut them). After the
+        log write nothing raises: index entries that cannot be written stay queued."""
         start = self.size
         view = memoryview(data)
         pos = start
-        while view:
-            n = os.pwrite(self._fd, view, pos)
-            view = view[n:]
-            pos += n
+        try:
+            while view:
+                n = os.pwrite(self._fd, view, pos)
+                view = view[n:]
+                pos += n
+        except OSError:
+            if pos > start:
+                try:
+                    os.ftruncate(self._fd, start)  # shrinking needs no space
+                except OSError as e:  # left for the next append or recovery to cut
+                    log.warning("%s: cannot cut a partial write back to %d: %s",
+                                self.log_path, start, e)
+            raise
         self.size = pos
         self._dirty = True
         for header, rel in zip(headers, positions):
             self._index_batch(header, start + rel)
         self.next_offset = headers[-1].next_offset
+        self._write_sparse_indexes()
+
+    def _write_sparse_indexes(self) -> None:
+        """Write queued offset / time index entries; a failure keeps them queued (and in
+        memory, where lookups read them) for the next attempt. The batches they point at
+        are in the log already and must stay reported written (failing the append would
+        leave them unknown to the producer state, and a retry would be written twice);
+        entries a crash loses cost only a longer scan, as recovery rebuilds them."""
         try:
             self.offset_index.write_pending()
             self.time_index.write_pending()
         except OSError as e:
-            # The batches are in the log and must be reported written: failing the append
-            # now would leave them there unknown to the producer state, and a retry would
-            # be written twice. Index entries stay queued (and in memory, where lookups
-            # read them) for the next append; recovery rebuilds indexes anyway.
-            if not self._index_write_failed:
+            if not self._index_write_failed and disk_full_error(e) is None:
                 log.warning("%s: index entries not written yet (%s); will retry",
                             self.log_path, e)
             self._index_write_failed = True
         else:
             self._index_write_failed = False
+
+    def write_pending(self) -> None:
+        """Write what earlier appends left queued (a full disk): offset / time index
+        entries if they fit now, and aborted-transaction entries, raising OSError while
+        those cannot be written (so a flush cannot call the segment durable without
+        them). Under the owning log's lock."""
+        if self._index_write_failed:
+            self._write_sparse_indexes()
+        self.txn_index.write_pending()
 
     def should_roll(self, incoming: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
         """Kafka's roll rule: size, age (by first batch timestamp, else creation time,
@@ -311,11 +339,12 @@ class LogSegment:
         return self.offset_index.is_full or self.time_index.is_full
 
     def on_become_inactive(self) -> None:
-        """The segment was rolled: record its final max timestamp in the time index."""
+        """The segment was rolled: record its final max timestamp in the time index
+        (queued if the disk is full: see `_write_sparse_indexes`)."""
         self.time_index.maybe_append(
             self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
         )
-        self.time_index.write_pending()
+        self._write_sparse_indexes()
 
     # -- reading -----------------------------------------------------------------------
 
@@ -375,8 +404,7 @@ class LogSegment:
         self.time_index.maybe_append(
             self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
         )
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+        self._write_sparse_indexes()  # a read may get here: a full disk must not fail it
 
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)

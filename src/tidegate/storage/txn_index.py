@@ -22,7 +22,12 @@ Invariants:
   recovery rebuilds it) and always holds a whole number of entries; a torn tail (a crash
   mid-append), a bad version or disorder makes it corrupt, and recovery rebuilds it;
 - entries are kept in memory (aborts are rare); the file is opened only to append,
-  truncate and fsync, so a segment holds no extra descriptor.
+  truncate and fsync, so a segment holds no extra descriptor;
+- an entry is in memory (read_committed fetches see it) from its marker's append on,
+  even when writing it to the file failed (a full disk): it then stays *pending*, and
+  `write_pending` (which the log's flush calls before it syncs, raising while it cannot)
+  writes it, so the recovery point never passes a segment whose file lacks an entry:
+  after a crash that segment is recovered and its index rebuilt.
 
 Thread-safety: as `IndexFile`: everything under the log's lock except `sync`, which a
 flusher thread may call concurrently; it only opens the path and fsyncs it.
@@ -81,6 +86,7 @@ class TxnIndex:
         """With `create`, start a new empty file; otherwise call `load`."""
         self.path = path
         self.entries: list[TxnIndexEntry] = []
+        self._written = 0  # entries[:_written] are in the file; the rest are pending
         self._dirty = False
         if create:
             self._write_all()
@@ -101,6 +107,7 @@ class TxnIndex:
             if e.first_offset > e.last_offset or e.last_stable_offset > e.last_offset + 1:
                 raise CorruptIndexError(f"{self.path}: inconsistent entry {e}")
         self.entries = entries
+        self._written = len(entries)
         self.missing = False
 
     def check_range(self, base_offset: int, next_offset: int) -> None:
@@ -114,24 +121,51 @@ class TxnIndex:
 
     # -- writing ----------------------------------------------------------------------
 
-    def append(self, entry: TxnIndexEntry) -> None:
+    def append(self, entry: TxnIndexEntry) -> bool:
+        """Add `entry` (in memory at once) and write it to the file; False if the write
+        failed (disk full): it stays pending, written by the next `append`,
+        `write_pending` or `sync`. Never raises for I/O: the marker is in the log already,
+        and failing its append would let a retry write it twice."""
         if self.entries and entry.last_offset <= self.entries[-1].last_offset:
             raise ValueError(
                 f"aborted transaction at {entry.last_offset} is not after "
                 f"{self.entries[-1].last_offset} in {self.path}"
             )
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, entry.encode(), len(self.entries) * ENTRY_SIZE)
-        finally:
-            os.close(fd)
         self.entries.append(entry)
-        self._dirty = True
         self.missing = False
+        try:
+            self.write_pending()
+        except OSError:
+            return False
+        return True
 
     def extend(self, entries: Iterable[TxnIndexEntry]) -> None:
+        """Add entries (recovery rebuilding the file); raises if they cannot be written."""
         for e in entries:
             self.append(e)
+        self.write_pending()
+
+    @property
+    def pending(self) -> int:
+        """Entries in memory not yet written to the file."""
+        return len(self.entries) - self._written
+
+    def write_pending(self) -> None:
+        """Write the entries not in the file yet; raises OSError while it cannot (a
+        partial write is overwritten by the next attempt)."""
+        if self._written >= len(self.entries):
+            return
+        data = b"".join(e.encode() for e in self.entries[self._written :])
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            view, pos = memoryview(data), self._written * ENTRY_SIZE
+            while view:
+                n = os.pwrite(fd, view, pos)
+                view, pos = view[n:], pos + n
+        finally:
+            os.close(fd)
+        self._written = len(self.entries)
+        self._dirty = True
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker is at or after `offset` (the new log end)."""
@@ -145,21 +179,23 @@ class TxnIndex:
         self._write_all()
 
     def _write_all(self) -> None:
-        data = b"".join(e.encode() for e in self.entries)
+        """Rewrite the file from memory (truncation, reset). Shrinking needs no space;
+        entries that do not fit stay pending."""
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+        os.close(fd)
+        self._written = 0
         self._dirty = True
         self.missing = False
+        try:
+            self.write_pending()
+        except OSError:
+            pass  # pending: written (or raised) by the next flush
 
     # -- durability and files ----------------------------------------------------------
 
     def sync(self) -> None:
-        """fsync the file if written since the last sync (any thread)."""
+        """fsync the file if written since the last sync (any thread). Pending entries
+        are the caller's to write first, under the log's lock (`Log.flush` does)."""
         if not self._dirty:
             return
         self._dirty = False

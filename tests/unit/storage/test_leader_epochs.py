@@ -1,16 +1,19 @@
-"""The leader epoch cache and its `leader-epoch-checkpoint` file (storage/leader_epochs.py)."""
+"""The leader epoch cache and its `leader-epoch-checkpoint` file (storage/leader_epochs.py),
+and the cache kept by a `Log`: lazy writes, recovery's rebuild, cuts at both ends."""
 
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidegate.common.clock import ManualClock
 from tidegate.common.errors import KafkaStorageError
-from tidegate.storage import leader_epochs
+from tidegate.storage import leader_epochs, log_replica
 from tidegate.storage.disk_space import disk_full_error
 from tidegate.storage.leader_epochs import (
     CHECKPOINT_FILE,
@@ -21,6 +24,9 @@ from tidegate.storage.leader_epochs import (
     read_leader_epoch_checkpoint,
     write_leader_epoch_checkpoint,
 )
+from tidegate.storage.log import Log
+
+from ._support import BASE_TS, SMALL, batch
 
 
 def cache_of(*pairs: tuple[int, int]) -> LeaderEpochCache:
@@ -266,3 +272,121 @@ def test_cache_follows_the_log_it_describes(ops: list[tuple[str, int, int]]) -> 
                 assert got == (at_or_below[-1][0], above[0][1])
         for offset in range(start, leo):
             assert cache.epoch_for_offset(offset) == log[offset]
+
+
+# -- the cache in a Log: lazy writes, recovery -------------------------------------------
+
+
+def _log_at(root: Path, recovery_point: int | None = None) -> Log:
+    return Log.open(root / "t-0", SMALL, ManualClock(BASE_TS), recovery_point=recovery_point)
+
+
+def _append_epochs(lg: Log, epochs: list[int]) -> list[tuple[int, int]]:
+    for i, epoch in enumerate(epochs):
+        lg.append(batch(3, tag=i, value_size=150), leader_epoch=epoch)
+    return pairs(lg.leader_epoch_cache)
+
+
+def test_appends_write_the_checkpoint_lazily(tmp_path: Path) -> None:
+    lg = _log_at(tmp_path)
+    expected = _append_epochs(lg, [0, 0, 2, 2, 5])
+    assert expected == [(0, 0), (2, 6), (5, 12)]
+    path = lg.directory / CHECKPOINT_FILE
+    assert not path.exists()  # no fsync on the append path
+    lg.flush()
+    assert read_leader_epoch_checkpoint(path) == [EpochEntry(e, o) for e, o in expected]
+    lg.append(batch(1), leader_epoch=6)
+    lg.close()  # a clean close writes it too
+    assert pairs(LeaderEpochCache.load(lg.directory)) == [*expected, (6, 15)]
+
+
+def test_crash_before_any_flush_rebuilds_from_the_batches(tmp_path: Path) -> None:
+    lg = _log_at(tmp_path)
+    expected = _append_epochs(lg, [1, 1, 1, 4, 4, 7] * 3)
+    assert len(lg.segments) > 2
+    again = _log_at(tmp_path)  # a crash: the first log was never flushed nor closed
+    assert pairs(again.leader_epoch_cache) == expected == [(1, 0), (4, 9), (7, 15)]
+    assert read_leader_epoch_checkpoint(again.directory / CHECKPOINT_FILE)  # persisted now
+
+
+def test_crash_after_a_flush_rederives_the_recovered_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lg = _log_at(tmp_path)
+    _append_epochs(lg, [1] * 12)
+    point = lg.flush()
+    expected = _append_epochs(lg, [3, 3, 5] * 4)
+    assert expected == [(1, 0), (3, point), (5, point + 6)]
+    scanned: list[int] = []
+    real = leader_epochs._headers_from
+
+    def spy(segments: list[object], offset: int) -> object:
+        scanned.append(offset)
+        return real(segments, offset)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(leader_epochs, "_headers_from", spy)
+    again = _log_at(tmp_path, recovery_point=point)
+    assert pairs(again.leader_epoch_cache) == expected
+    assert scanned and 0 < scanned[0] <= point  # only from the first unflushed segment
+    again.close()
+    scanned.clear()
+    third = _log_at(tmp_path)  # after a clean close: the file is trusted, nothing read
+    assert pairs(third.leader_epoch_cache) == expected and scanned == []
+
+
+def test_checkpoint_past_the_log_end_or_malformed_is_rebuilt(tmp_path: Path) -> None:
+    lg = _log_at(tmp_path)
+    expected = _append_epochs(lg, [2, 2, 3])
+    lg.close()
+    path = lg.directory / CHECKPOINT_FILE
+    write_leader_epoch_checkpoint(path, [EpochEntry(2, 0), EpochEntry(9, 500)])
+    assert pairs(_log_at(tmp_path).leader_epoch_cache) == expected
+    path.write_text("0\n3\n1 1\n")
+    assert pairs(_log_at(tmp_path).leader_epoch_cache) == expected
+    assert pairs(LeaderEpochCache.load(lg.directory)) == expected  # repaired on disk
+
+
+def test_log_start_moves_cut_the_cache(tmp_path: Path) -> None:
+    lg = _log_at(tmp_path)
+    _append_epochs(lg, [0] * 10 + [1] * 10)
+    lg.update_high_watermark(lg.log_end_offset)
+    lg.delete_records_before(12)
+    assert pairs(lg.leader_epoch_cache) == [(0, 12), (1, 30)]
+    assert pairs(LeaderEpochCache.load(lg.directory)) == [(0, 12), (1, 30)]  # at once
+    lg.apply_retention(BASE_TS + 10**12)
+    start = lg.log_start_offset
+    assert start > 30 and pairs(lg.leader_epoch_cache) == [(1, start)]
+
+
+def test_a_failed_write_is_retried_by_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    real = leader_epochs.write_leader_epoch_checkpoint
+    failing = [True]
+
+    def write(path: Path, entries: object) -> None:
+        if failing[0]:
+            raise full
+        real(path, entries)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(log_replica, "write_leader_epoch_checkpoint", write)
+    lg = _log_at(tmp_path)
+    _append_epochs(lg, [0, 0, 1])
+    with pytest.raises(OSError):
+        lg.flush()
+    assert lg.recovery_point == 0  # no batch passes the recovery point without its epoch
+    assert lg.truncate_to(6) == 6  # a truncation's failed write is logged, not raised
+    failing[0] = False
+    assert lg.flush() == 6
+    assert pairs(LeaderEpochCache.load(lg.directory)) == [(0, 0)]
+
+
+def test_a_stale_flush_capture_never_overwrites_a_truncation(tmp_path: Path) -> None:
+    lg = _log_at(tmp_path)
+    _append_epochs(lg, [0, 0, 1, 2])
+    captured = lg._epochs_to_write()  # what a flush captured under the lock...
+    assert captured is not None
+    lg.truncate_to(6)  # ...then a truncation wrote the newer list...
+    lg._write_epochs(*captured)  # ...and the flush's write, outside the lock, comes last
+    assert pairs(LeaderEpochCache.load(lg.directory)) == [(0, 0)]
