@@ -90,9 +90,12 @@ def test_acks_all_survives_leader_kills(tmp_path: Path) -> None:
                 survivor = next(b for b in (1, 2, 3) if b != victim)
                 t0 = time.monotonic()
                 c.kill(victim)
-                wait_for(f"a new leader for partitions of broker {victim}", lambda: all(
-                    leader not in (victim, -1) for leader in _leaders(c, survivor).values()),
-                    timeout=30, every=0.05)
+                def moved(victim: int = victim, survivor: int = survivor) -> bool:
+                    return all(leader not in (victim, -1)
+                               for leader in _leaders(c, survivor).values())
+
+                wait_for(f"a new leader for partitions of broker {victim}", moved,
+                         timeout=30, every=0.05)
                 failovers.append(time.monotonic() - t0)
                 time.sleep(1.0)  # keep writing to the shrunken ISR
                 c.restart(victim)
