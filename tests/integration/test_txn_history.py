@@ -38,6 +38,8 @@ ABORT_FRACTION = 0.2
 
 
 class Worker(threading.Thread):
+    txn_timeout_ms = TXN_TIMEOUT_MS  # transaction.timeout.ms of its producers
+
     def __init__(self, idx: int, broker: BrokerProcess, history: History, stop_at: float,
                  seed: int, isolation: str = "read_committed") -> None:
         super().__init__(name=f"worker-{idx}", daemon=True)
@@ -61,7 +63,7 @@ class Worker(threading.Thread):
         while time.monotonic() < self.stop_at:
             p = Producer({"bootstrap.servers": self.broker.bootstrap,
                           "transactional.id": f"queue-{self.idx}",
-                          "transaction.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 2})
+                          "transaction.timeout.ms": self.txn_timeout_ms, "linger.ms": 2})
             self.producers_made += 1
             while time.monotonic() < self.stop_at:
                 try:

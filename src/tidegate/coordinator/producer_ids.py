@@ -82,13 +82,24 @@ class ProducerIdManager:
     `next_id()` does file I/O (write + fsync) once per block; call it off the event loop
     (it is thread-safe) or accept one fsync per 1000 ids."""
 
-    def __init__(self, state_file: Path, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
+    def __init__(
+        self,
+        state_file: Path,
+        block_size: int = PRODUCER_ID_BLOCK_SIZE,
+        *,
+        reserve: Callable[[int], tuple[int, int]] | None = None,
+    ) -> None:
+        """`reserve(block_size) -> (first, last)`, when given, reserves blocks elsewhere
+        (a cluster: `/latest_producer_id_block` in ZooKeeper, shared by every broker)
+        instead of in `state_file`; it may block, and raises a KafkaError (retriable)
+        when it cannot reserve."""
         if block_size < 1:
             raise ValueError("block_size must be positive")
         self.state_file = state_file
         self.block_size = block_size
+        self._reserve = reserve
         self._lock = threading.Lock()
-        self._reserved_end = self._read_reserved_end()
+        self._reserved_end = -1 if reserve is not None else self._read_reserved_end()
         self._next = 0
         self._block_end = -1  # no block in hand until the first next_id()
 
@@ -132,6 +143,10 @@ class ProducerIdManager:
         return bump_epoch(producer_id, epoch, self.next_id)
 
     def _reserve_block(self) -> None:
+        if self._reserve is not None:
+            start, end = self._reserve(self.block_size)
+            self._reserved_end, self._next, self._block_end = end, start, end
+            return
         start = self._reserved_end + 1
         end = start + self.block_size - 1
         if end > MAX_PRODUCER_ID:

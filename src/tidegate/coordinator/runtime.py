@@ -34,7 +34,11 @@ from its log, so memory and log can never disagree. A transactional write or a m
 the log *rejects* before writing anything (a fenced producer epoch, an older
 coordinator epoch: a `KafkaError` other than `KafkaStorageError`) fails only that
 operation, with the log's error: such operations change nothing before their records
-are replayed.
+are replayed. So does an append refused for a full disk (a failed append leaves the log
+as it was) by an operation that changed nothing in memory: a marker, a transactional
+write, or any operation of a runtime whose operations are all pure (`pure_ops`, the
+transaction coordinator's); the partition keeps serving, and the operation's error is a
+`CoordinatorNotAvailableError` caused by the `OSError`.
 
 Which partition owns a key: `partition_for(key, n)` = `Utils.abs(key.hashCode()) % n`,
 with Java's `String.hashCode` over UTF-16 code units, as Kafka computes it, so a group
@@ -55,6 +59,7 @@ from tidegate.common.errors import ErrorCode, KafkaError, KafkaStorageError
 from tidegate.records.builder import BatchBuilder
 from tidegate.records.control import ControlType, build_control_batch, parse_control_record
 from tidegate.records.record import iter_batches
+from tidegate.storage.disk_space import disk_full_error
 from tidegate.storage.log import AppendInfo, Log
 
 __all__ = [
@@ -228,13 +233,20 @@ class CoordinatorRuntime(Generic[S]):
         clock: Clock,
         *,
         load_buffer_bytes: int = 5 * 1024 * 1024,
+        pure_ops: bool = False,
     ) -> None:
         self.topic = topic
+        # operations only read the shard and return records (replay is the only mutator),
+        # so one whose append was refused changed nothing (module docstring)
+        self.pure_ops = pure_ops
         self.num_partitions = num_partitions
         self.shard_factory = shard_factory
         self.clock = clock
         self.load_buffer_bytes = load_buffer_bytes
         self._partitions: dict[int, _Partition[S]] = {}
+        # cluster mode: partition -> the leader epoch this broker leads it at; its
+        # records are stamped with it (None on the embedded broker: -1, as always)
+        self.leader_epochs: dict[int, int] = {}
 
     # -- ownership ------------------------------------------------------------------------
 
@@ -341,7 +353,9 @@ class CoordinatorRuntime(Generic[S]):
             builder.append(now, key, value)
         data = builder.build()
         info = self._append(partition, lg, lambda: (
-            lg.append_control(data, now_ms=now) if txn else lg.append(data, now_ms=now)),
+            lg.append_control(data, now_ms=now, leader_epoch=self.leader_epochs.get(partition))
+            if txn else lg.append(data, now_ms=now,
+                                  leader_epoch=self.leader_epochs.get(partition))),
             rejectable=txn)
         try:
             shard.replay([LoggedRecord(info.first_offset + i, key, value)
@@ -370,7 +384,8 @@ class CoordinatorRuntime(Generic[S]):
             timestamp=now,
         )
         info = self._append(partition, lg, lambda: lg.append_control(
-            data, now_ms=now, coordinator_epoch=coordinator_epoch), rejectable=True)
+            data, now_ms=now, coordinator_epoch=coordinator_epoch,
+            leader_epoch=self.leader_epochs.get(partition)), rejectable=True)
         try:
             shard.replay_marker(producer_id, producer_epoch, commit)
         except Exception as e:
@@ -392,6 +407,11 @@ class CoordinatorRuntime(Generic[S]):
                 raise  # rejected before anything was written: memory and log agree
             raise self._failed(partition, e) from e
         except Exception as e:
+            if ((rejectable or self.pure_ops) and disk_full_error(e) is not None
+                    and lg.log_end_offset == before):
+                # nothing written, nothing changed: memory and log still agree
+                raise CoordinatorNotAvailableError(
+                    f"cannot write to {self.topic}-{partition}: {e}") from e
             raise self._failed(partition, e) from e
         if info.first_offset < 0:
             raise self._failed(partition, RuntimeError("the log appended nothing"))

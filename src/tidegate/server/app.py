@@ -69,9 +69,13 @@ class BrokerApp:
             await self._prepare_cluster()
         await loop.run_in_executor(None, self.broker.load)
         if self.cluster is not None:
+            # The group coordinator's shards follow the leadership of __consumer_offsets'
+            # partitions. The transaction coordinator does not run in cluster mode yet
+            # (markers and verification across brokers: FindCoordinator says so).
+            gc = self.broker.group_coordinator
+            self.cluster.coordinator_shells[gc.runtime.topic] = gc.shell.on_leadership
+            await gc.start()
             await self.cluster.start(self.broker.replicas)
-            # Coordinators do not run in cluster mode yet: they would need the internal
-            # topics' leadership (FindCoordinator answers COORDINATOR_NOT_AVAILABLE).
             self.bound = await self.listener.start()
             self._start_chores()
             return self.bound
@@ -96,6 +100,14 @@ class BrokerApp:
         self.broker.metadata = self.cluster.make_metadata()
         rf = self.config.get_int("default.replication.factor", 1) or 1
         self.broker.topic_admin = ClusterTopicAdmin(self.cluster.zk, rf)
+        # producer ids: blocks from /latest_producer_id_block, unique across brokers
+        from tidegate.coordinator.producer_ids import ProducerIdManager
+        from tidegate.server.cluster.producer_ids import ZkProducerIdBlocks
+
+        blocks = ZkProducerIdBlocks(self.cluster.zk, self.config.node_id,
+                                    asyncio.get_running_loop())
+        self.broker.producer_ids = ProducerIdManager(
+            self.config.log_dir / "unused-in-cluster-mode", reserve=blocks)
 
     def _fatal(self, exc: BaseException) -> None:
         log.error("stopping: %s", exc)

@@ -27,7 +27,13 @@ coordinator uses it, the transaction coordinator will):
   Time itself comes from the broker's clock.
 - a failed append or fsync marks the partition failed; it is reloaded from its log
   (parked requests on it get NOT_COORDINATOR, so their clients rediscover and rejoin).
-  An append the log rejects (a fenced producer epoch) fails only that operation.
+  An append the log rejects (a fenced producer epoch) fails only that operation, and so
+  does one refused for a full disk when the runtime says nothing changed (a marker, a
+  pure operation: see `CoordinatorRuntime`): the partition keeps serving.
+- reloads do not storm, and one parked on a full disk happens as soon as space returns
+  (server/coordinator_reload.py). Loading writes nothing, so it works on a full disk. A
+  full disk is logged once for the directory (`LogDirSpace`), not per partition or per
+  reload.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from tidegate.coordinator.runtime import (
     Result,
     Shard,
 )
+from tidegate.server.coordinator_reload import Reloads
 from tidegate.storage.disk_space import disk_full_error
 from tidegate.storage.log import Log
 
@@ -81,13 +88,21 @@ class CoordinatorShell(Generic[S]):
         self._timer_due: int | None = None  # when the timer task wakes up (clock ms)
         self._durable: dict[int, int] = {}  # partition -> durable end last reported
         self.on_durable: Callable[[int, int], None] | None = None
-        self._reload_pending: set[int] = set()
-        self._reload_backoff: dict[int, float] = {}  # seconds, while the disk is full
+        self._reloads = Reloads(broker.logs.space, self._reload_now, self._loading)
+        self._load_errors: set[int] = set()  # partitions whose load failure was logged
         self.started = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.broker.replicas.cluster:
+            # Cluster: shards load and unload with the leadership of the topic's
+            # partitions (`on_leadership`); the topic is created in ZooKeeper on the
+            # first FindCoordinator (`ensure_topic`), as Kafka does.
+            self.started = True
+            self._wake = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._timer_forever(self._wake)))
+            return
         meta = self.broker.logs.topics.get(self.topic)
         if meta is None:
             self.broker.create_topic(self.topic, self.runtime.num_partitions, self.topic_configs)
@@ -105,6 +120,36 @@ class CoordinatorShell(Generic[S]):
         self._wake = asyncio.Event()
         self._tasks.append(asyncio.create_task(self._timer_forever(self._wake)))
 
+    # -- cluster mode: shards follow the leadership of the topic's partitions -----------
+
+    def on_leadership(self, partition: int, leader_epoch: int | None) -> None:
+        """This broker now leads `partition` at `leader_epoch` (load its shard, writes
+        stamped with that epoch), or no longer does (None: unload it; its requests get
+        NOT_COORDINATOR and clients find the new coordinator)."""
+        if leader_epoch is None:
+            if self.runtime.state(partition) is not None:
+                log.info("%s-%d: no longer leader; unloading its coordinator shard",
+                         self.topic, partition)
+            self.runtime.leader_epochs.pop(partition, None)
+            self.runtime.unload(partition)
+            self._durable.pop(partition, None)
+            self._fail_parked(partition, NotCoordinatorError(
+                f"{self.topic}-{partition} moved to another broker"))
+            return
+        if self.runtime.leader_epochs.get(partition) == leader_epoch:
+            return
+        self.runtime.leader_epochs[partition] = leader_epoch
+        log.info("%s-%d: leader at epoch %d; loading its coordinator shard", self.topic,
+                 partition, leader_epoch)
+        self._spawn_load([partition])
+
+    def _still_leading(self, partition: int, epoch: int | None) -> bool:
+        """Cluster: the load began under `epoch` and the partition is still led under it
+        (a load that outlived its leadership must not publish)."""
+        if not self.broker.replicas.cluster:
+            return True
+        return epoch is not None and self.runtime.leader_epochs.get(partition) == epoch
+
     async def stop(self) -> None:
         for task in [*self._tasks, *self._loading]:
             task.cancel()
@@ -118,85 +163,113 @@ class CoordinatorShell(Generic[S]):
         self._loading.add(task)
         task.add_done_callback(self._loading.discard)
 
-    async def _load(self, partitions: list[int]) -> None:
+    async def _load(self, partitions: list[int], *, reload: bool = False) -> None:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         total = 0
+        # reloads while the disk is full may repeat: the directory's one line says it
+        quiet = reload and self.broker.logs.space.full
         for p in partitions:
             lg = self.broker.get_log(self.topic, p)
             if lg is None:
                 continue
+            epoch = self.runtime.leader_epochs.get(p)
             self.runtime.begin_load(p, lg)
             t0 = time.monotonic()
             try:
                 shard, stats = await loop.run_in_executor(None, self.runtime.load, p, lg)
-            except Exception:
-                log.exception("cannot load %s-%d", self.topic, p)
+            except Exception as e:
                 self.runtime.fail(p)
+                full = disk_full_error(e) is not None
+                if full:
+                    self.broker.logs.space.write_failed(e, f"loading {self.topic}-{p}")
+                elif p not in self._load_errors:
+                    self._load_errors.add(p)
+                    log.exception("cannot load %s-%d; retrying", self.topic, p)
+                self._reloads.schedule(p, wait_for_space=full)
                 continue
+            self._load_errors.discard(p)
+            if not self._still_leading(p, epoch):
+                continue  # leadership moved while loading: the new leader loads it
             self.runtime.publish(p, lg, shard)
             self._durable.pop(p, None)
             self._after_load(p, lg, stats.end_offset)
             total += stats.records
-            if stats.records:
+            if reload:
+                log.log(logging.DEBUG if quiet else logging.INFO,
+                        "reloaded %s-%d: %d records in %.2f s", self.topic, p,
+                        stats.records, time.monotonic() - t0)
+            elif stats.records:
                 log.info("loaded %s-%d: %d records in %.2f s", self.topic, p, stats.records,
                          time.monotonic() - t0)
-        log.info("%s: %d partitions loaded (%d records) in %.2f s", self.topic,
-                 len(partitions), total, time.monotonic() - started)
+        if not reload:
+            log.info("%s: %d partitions loaded (%d records) in %.2f s", self.topic,
+                     len(partitions), total, time.monotonic() - started)
 
     def _after_load(self, partition: int, lg: Log, end_offset: int) -> None:
         """Loaded timers may be due earlier than the timer task's wake-up; and what was
-        loaded is reported to `on_durable` once durable."""
+        loaded is reported to `on_durable` once durable (retried while the flush fails,
+        e.g. on a full disk, as long as this load is the partition's)."""
         self._maybe_wake(partition)
         if self.on_durable is None:
             return
+        shard = self.runtime.shard(partition)
 
         async def report() -> None:
-            try:
-                await self._make_durable(lg, end_offset)
-            except Exception as e:
-                log.warning("%s-%d: loaded records not durable: %s", self.topic, partition, e)
-                return
-            if self.runtime.state(partition) is PartitionState.ACTIVE:
+            delay = 0.05
+            while True:
+                try:
+                    await self._make_durable(lg, end_offset)
+                    break
+                except Exception as e:
+                    if not self._is_loaded(partition, shard):
+                        return
+                    if disk_full_error(e) is not None:
+                        self.broker.logs.space.write_failed(
+                            e, f"flushing {self.topic}-{partition}")
+                    elif delay == 0.05:
+                        log.warning("%s-%d: loaded records not durable yet: %s", self.topic,
+                                    partition, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            if self._is_loaded(partition, shard):
                 self._report_durable(partition, end_offset)
 
         self._background(report())
 
-    def _reload(self, partition: int, why: BaseException) -> None:
-        """Mark `partition` failed and reload it from its log, once: failures while a
-        reload is pending add nothing. A full disk is reported to the log directory
-        (logged once there) and the reload waits, 1 s doubling to 60 s while the disk
-        stays full, so it causes no reload storm; requests meanwhile get
-        COORDINATOR_NOT_AVAILABLE."""
+    def _is_loaded(self, partition: int, shard: S) -> bool:
+        """`shard` is still the partition's active shard (no reload since)."""
+        if self.runtime.state(partition) is not PartitionState.ACTIVE:
+            return False
+        try:
+            return self.runtime.shard(partition) is shard
+        except KafkaError:
+            return False
+
+    def _reload(self, partition: int, why: BaseException, *, fail: bool = False) -> None:
+        """A write to `partition` failed (`why`). A full disk is reported to the log
+        directory (logged once there). If the runtime marked the partition failed, or
+        `fail` (records were appended but could not be made durable), it is reloaded
+        from its log, once: failures while a reload is pending add nothing (see
+        `Reloads` for when); requests meanwhile get COORDINATOR_NOT_AVAILABLE.
+        Otherwise (nothing was written, nothing changed) it keeps serving."""
         full = disk_full_error(why) is not None
         if full:
             self.broker.logs.space.write_failed(why, f"writing to {self.topic}-{partition}")
-        elif partition not in self._reload_pending:
-            log.error("%s-%d failed (%s); reloading it from its log", self.topic, partition, why)
-        self.runtime.fail(partition)
-        self._fail_parked(partition, NotCoordinatorError(f"{self.topic}-{partition} reloads"))
-        if partition in self._reload_pending:
+        if fail:
+            self.runtime.fail(partition)
+        if self.runtime.state(partition) is not PartitionState.FAILED:
             return
-        if full:
-            delay = min(2 * self._reload_backoff.get(partition, 0.5), 60.0)
-            self._reload_backoff[partition] = delay
-        else:
-            delay = 0.0
-            self._reload_backoff.pop(partition, None)
-        self._reload_pending.add(partition)
+        self._fail_parked(partition, NotCoordinatorError(f"{self.topic}-{partition} reloads"))
+        if partition in self._reloads.pending:
+            return
+        if not full and not self._reloads.failing(partition):
+            log.error("%s-%d failed (%s); reloading it from its log", self.topic, partition,
+                      why)
+        self._reloads.schedule(partition, wait_for_space=full)
 
-        async def reload_later() -> None:
-            try:
-                await asyncio.sleep(delay)
-            finally:
-                self._reload_pending.discard(partition)
-            if not self.broker.logs.space.full:
-                self._reload_backoff.pop(partition, None)
-            await self._load([partition])
-
-        task = asyncio.create_task(reload_later())
-        self._loading.add(task)
-        task.add_done_callback(self._loading.discard)
+    async def _reload_now(self, partition: int) -> None:
+        await self._load([partition], reload=True)
 
     def _fail_parked(self, partition: int | None, exc: BaseException) -> None:
         for token, (p, fut) in list(self._parked.items()):
@@ -251,7 +324,7 @@ class CoordinatorShell(Generic[S]):
         try:
             await self._make_durable(outcome.log, outcome.end_offset)
         except Exception as e:
-            self._reload(partition, e)
+            self._reload(partition, e, fail=True)
             raise CoordinatorNotAvailableError(f"{self.topic}-{partition}: {e}") from e
 
     async def _make_durable(self, lg: Log, offset: int) -> None:
@@ -280,8 +353,11 @@ class CoordinatorShell(Generic[S]):
                 entry = self._parked.pop(token, None)
                 if entry is not None and not entry[1].done():
                     entry[1].set_exception(err)
-            self._reload(partition, e)
+            self._reload(partition, e, fail=True)
             raise err from e
+        if outcome.appended:
+            self.broker.logs.space.write_succeeded()
+            self._reloads.succeeded(partition)
         self._report_durable(partition, outcome.end_offset)
         for token, reply in outcome.result.replies:
             entry = self._parked.pop(token, None)

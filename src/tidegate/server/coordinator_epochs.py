@@ -1,11 +1,20 @@
 """Coordinator epochs of the transaction coordinator's partitions, durable in one file.
 
-Each load of a `__transaction_state` partition gets a new, larger coordinator epoch,
-persisted before the load. Markers carry it, and a partition refuses a marker older than
-the newest it has seen (TRANSACTION_COORDINATOR_FENCED), so a marker writer left over from
-before a reload cannot write after its successor. The file is
-`<log.dirs>/tidegate-txn-coordinator-epochs`, JSON, replaced atomically. (The cluster
-mode will use the partition's leader epoch instead.)
+Each load of a `__transaction_state` partition gets a new, larger coordinator epoch.
+Markers carry it, and a partition refuses a marker older than the newest it has seen
+(TRANSACTION_COORDINATOR_FENCED), so a marker writer left over from before a reload
+cannot write after its successor.
+
+What fencing needs of the file: after a restart, every new epoch must be larger than any
+epoch a marker was written with before. So the file need not be written before a load,
+only before the first marker carrying the load's epoch: `next` hands out an epoch in
+memory (larger than any persisted or handed out before, no I/O, so a load never writes
+and works on a full disk), and `persist` records it — with every other epoch handed out
+so far, in one write — before the marker writer uses it (`persisted` tells whether it
+must). A restart reads the file and continues above it.
+
+The file is `<log.dirs>/tidegate-txn-coordinator-epochs`, JSON, replaced atomically. (The
+cluster mode will use the partition's leader epoch instead.)
 """
 
 from __future__ import annotations
@@ -21,28 +30,43 @@ EPOCHS_FILE = "tidegate-txn-coordinator-epochs"
 
 
 class CoordinatorEpochs:
-    """The coordinator epoch of each `__transaction_state` partition, durable in one small
-    JSON file; `bump` raises an epoch and persists it before returning it."""
+    """The coordinator epoch of each `__transaction_state` partition: handed out in
+    memory by `next`, made durable by `persist` before markers carry it. Thread-safe."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
         try:
             data = json.loads(path.read_text())
-            self._epochs = {int(k): int(v) for k, v in dict(data).items()}
+            self._persisted = {int(k): int(v) for k, v in dict(data).items()}
         except FileNotFoundError:
-            self._epochs = {}
+            self._persisted = {}
         except (OSError, ValueError) as e:
             raise KafkaError(f"cannot read {path}: {e}",
                              code=ErrorCode.kafka_storage_error) from e
+        self._current = dict(self._persisted)
 
-    def get(self, partition: int) -> int:
+    def next(self, partition: int) -> int:
+        """A new epoch for a load of `partition`: larger than any persisted or handed out
+        before. No I/O."""
         with self._lock:
-            return self._epochs.get(partition, 0)
+            epoch = self._current.get(partition, -1) + 1
+            self._current[partition] = epoch
+            return epoch
 
-    def bump(self, partitions: list[int]) -> None:
+    def persisted(self, partition: int, epoch: int) -> bool:
+        """The file already records `epoch` (or a larger one) for `partition`."""
         with self._lock:
-            for p in partitions:
-                self._epochs[p] = self._epochs.get(p, -1) + 1
+            return self._persisted.get(partition, -1) >= epoch
+
+    def persist(self, partition: int, epoch: int) -> None:
+        """Make sure the file records at least `epoch` for `partition` (blocking: run it
+        in a worker thread). One write covers every epoch handed out so far. Raises
+        OSError (a full disk): nothing may carry `epoch` until this has succeeded."""
+        with self._lock:
+            if self._persisted.get(partition, -1) >= epoch:
+                return
+            data = dict(self._current)
             atomic_write(self.path, json.dumps(
-                {str(k): v for k, v in sorted(self._epochs.items())}).encode())
+                {str(k): v for k, v in sorted(data.items())}).encode())
+            self._persisted = data

@@ -16,7 +16,11 @@ count and by `flush.ms` in the background.
 A failed fsync fails the waiters it would have released (their produce requests answer
 KAFKA_STORAGE_ERROR) and is reported to `on_error` (the log directory's
 `LogDirSpace.write_failed`, which logs a full disk once); without `on_error` it is
-logged here.
+logged here. The log is flushed again later (0.05 s doubling to 2 s, until it works):
+what was appended is in the log, and without a flush nothing would move its high
+watermark once the writers gave up — on a full disk, say, data and markers would stay
+invisible after space returns until the partition's next append. Only the first
+failure of a run of them is reported, unless it is a full disk (counted there).
 """
 
 from __future__ import annotations
@@ -27,10 +31,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from tidegate.storage.disk_space import disk_full_error
+
 log = logging.getLogger(__name__)
 
 FSYNC_THREADS = 8
 _POOL = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="fsync")
+RETRY_S = (0.05, 2.0)  # a failed flush is tried again after this, doubling
 
 
 class Flushable(Protocol):
@@ -54,6 +61,8 @@ class GroupCommit:
         self.fsync_rounds = 0
         self.failed: Exception | None = None
         self.on_error = on_error
+        self._retry_delay: dict[int, float] = {}  # key -> next delay, while flushes fail
+        self._retrying: dict[int, asyncio.Task[None]] = {}
 
     def mark_dirty(self, target: Flushable) -> None:
         self._dirty[id(target)] = target
@@ -86,15 +95,18 @@ class GroupCommit:
                     await loop.run_in_executor(_POOL, target.flush)
                     self.fsync_rounds += 1
                 except Exception as e:  # disk errors: fail the waiters, keep serving
-                    if self.on_error is not None:
-                        self.on_error(e, "fsyncing appended data")
-                    else:
-                        log.error("fsync failed: %s", e)
+                    if key not in self._retry_delay or disk_full_error(e) is not None:
+                        if self.on_error is not None:
+                            self.on_error(e, "fsyncing appended data")
+                        else:
+                            log.error("fsync failed: %s", e)
                     self.failed = e
                     for _, fut in self._waiters.pop(key, []):
                         if not fut.done():
                             fut.set_exception(e)
+                    self._retry_later(target)
                     continue
+                self._retry_delay.pop(key, None)
                 self._on_flushed(target, target.recovery_point)
                 self._release(target)
         finally:
@@ -120,8 +132,30 @@ class GroupCommit:
         else:
             del self._waiters[id(target)]
 
+    def _retry_later(self, target: Flushable) -> None:
+        """Flush `target` again after a backoff (module docstring)."""
+        key = id(target)
+        if key in self._retrying:
+            return
+        lo, hi = RETRY_S
+        delay = self._retry_delay.get(key, lo)
+        self._retry_delay[key] = min(delay * 2, hi)
+
+        async def later() -> None:
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._retrying.pop(key, None)
+            self.mark_dirty(target)
+
+        self._retrying[key] = asyncio.get_running_loop().create_task(later())
+
     def forget(self, target: Flushable) -> None:
         """A log is being deleted: fail its waiters, drop it from the queue."""
+        retry = self._retrying.pop(id(target), None)
+        if retry is not None:
+            retry.cancel()
+        self._retry_delay.pop(id(target), None)
         self._dirty.pop(id(target), None)
         for _, fut in self._waiters.pop(id(target), []):
             if not fut.done():

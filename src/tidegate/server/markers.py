@@ -15,7 +15,8 @@ the partitions' leader, to write them). For each partition it:
 
 Errors are per partition (Kafka's codes): UNKNOWN_TOPIC_OR_PARTITION for a partition
 that no longer exists, INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED from the
-log's marker checks, KAFKA_STORAGE_ERROR for I/O failures.
+log's marker checks, KAFKA_STORAGE_ERROR for I/O failures (reported to the log
+directory's `LogDirSpace`, which logs a full disk once, not per marker).
 """
 
 from __future__ import annotations
@@ -76,10 +77,11 @@ async def write_markers(
             continue
         except OSError as e:
             out[tp] = ErrorCode.kafka_storage_error
-            log.error("marker for producer %d not written to %s-%d: %s",
-                      marker.producer_id, topic, partition, e)
+            broker.logs.space.write_failed(
+                e, f"writing a marker of producer {marker.producer_id} to {topic}-{partition}")
             continue
         broker.after_append(topic, partition, lg)
+        broker.logs.space.write_succeeded()
         fut: asyncio.Future[object]
         if broker.syncs_every_write(lg):
             fut = asyncio.ensure_future(broker.wait_durable(lg, info.last_offset + 1))
@@ -91,8 +93,9 @@ async def write_markers(
         if isinstance(res, KafkaError):
             out[tp] = res.code
         elif isinstance(res, BaseException):
-            log.error("marker for producer %d to %s-%d failed: %s",
-                      marker.producer_id, tp[0], tp[1], res)
+            broker.logs.space.write_failed(
+                res, f"making a marker of producer {marker.producer_id} durable in "
+                f"{tp[0]}-{tp[1]}")
             out[tp] = ErrorCode.kafka_storage_error
         else:
             out[tp] = ErrorCode.none

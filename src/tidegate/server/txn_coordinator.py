@@ -9,7 +9,12 @@ operation appends; answers go out once those records are durable.
 
 Finishing a transaction (writing markers, then CompleteCommit/CompleteAbort) is
 `TxnFinisher`'s job (server/txn_finisher.py), driven by the log's durability; coordinator
-epochs are `CoordinatorEpochs` (server/coordinator_epochs.py), bumped before each load.
+epochs are `CoordinatorEpochs` (server/coordinator_epochs.py): each load takes a new one in
+memory, and the finisher makes it durable before the first marker carrying it, so a load
+writes nothing and works on a full disk. Operations are pure (they return records and
+change nothing), so a write refused for a full disk leaves the partition serving
+(`CoordinatorRuntime(pure_ops=True)`): reads and KIP-890 verification go on, writes
+answer COORDINATOR_NOT_AVAILABLE until space returns, timeouts are retried each check.
 Requests that find an id's previous transaction still being finished wait for it
 (`_patiently`) instead of sending the client into backoff. A periodic check
 (server/hanging.py) logs hanging transactions.
@@ -67,7 +72,6 @@ class TransactionCoordinator:
         self.config = TxnConfig.from_broker(cfg.get_int, cfg.get_bool)
         partitions = cfg.get_int("transaction.state.log.num.partitions", 50) or 50
         self.epochs = CoordinatorEpochs(cfg.log_dir / EPOCHS_FILE)
-        self._loaded_once: set[int] = set()
         self.runtime: CoordinatorRuntime[TxnShard] = CoordinatorRuntime(
             TRANSACTION_STATE,
             partitions,
@@ -75,6 +79,7 @@ class TransactionCoordinator:
             broker.clock,
             load_buffer_bytes=cfg.get_int("transaction.state.log.load.buffer.size", 5242880)
             or 5242880,
+            pure_ops=True,
         )
         segment = cfg.get_int("transaction.state.log.segment.bytes", 104857600) or 104857600
         self.shell = CoordinatorShell(broker, self.runtime, {
@@ -83,7 +88,7 @@ class TransactionCoordinator:
             "compression.type": "producer",
         })
         # tests only: after-prepare-durable | between-markers | before-complete
-        self.finisher = TxnFinisher(broker, self.runtime, self.shell,
+        self.finisher = TxnFinisher(broker, self.runtime, self.shell, self.epochs,
                                     cfg.get("tidegate.test.fault.point") or "")
         self.shell.on_durable = self.finisher.on_durable
         self._jobs: set[asyncio.Task[None]] = set()
@@ -102,10 +107,6 @@ class TransactionCoordinator:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        meta = self.broker.logs.topics.get(TRANSACTION_STATE)
-        n = meta.partitions if meta is not None else self.runtime.num_partitions
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.epochs.bump, list(range(n)))
         await self.shell.start()
         self._spawn(self._check_hanging_forever())
 
@@ -120,12 +121,9 @@ class TransactionCoordinator:
         await self.shell.stop()
 
     def _new_shard(self, partition: int) -> TxnShard:
-        """Called by each load (in a worker thread): the first load of a partition uses the
-        epoch `start` bumped; a reload bumps it again first."""
-        if partition in self._loaded_once:
-            self.epochs.bump([partition])
-        self._loaded_once.add(partition)
-        return TxnShard(partition, self.config, self.epochs.get(partition))
+        """Called by each load (in a worker thread): a new coordinator epoch, in memory
+        (made durable before a marker carries it: `TxnFinisher`)."""
+        return TxnShard(partition, self.config, self.epochs.next(partition))
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.ensure_future(coro)

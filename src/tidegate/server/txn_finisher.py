@@ -8,12 +8,15 @@ timed-out transactions, fencing by a new producer and recovery after a restart (
 yields a job for every transaction left in Prepare*), and no marker is ever written for a
 Prepare record a crash could still lose.
 
-A job writes the COMMIT/ABORT marker into every partition of the transaction
-(server/markers.py), retrying with backoff until each is written (a deleted partition
-needs none; a newer coordinator epoch stops the job), then appends
+A job first makes its coordinator epoch durable (`CoordinatorEpochs.persist`: a load
+takes its epoch in memory, and a marker may carry it only once a restart is sure to
+continue above it), then writes the COMMIT/ABORT marker into every partition of the
+transaction (server/markers.py), retrying with backoff until each is written (a deleted
+partition needs none; a newer coordinator epoch stops the job), then appends
 CompleteCommit/CompleteAbort, retried until written. A job stops when its partition is
 reloaded: the new shard hands it out again. `completion(id)` lets a request that found
-the id still finishing wait for it.
+the id still finishing wait for it. Retries are quiet while the disk is full (the log
+directory says so once); otherwise each job warns once.
 
 `tidegate.test.fault.point` (tests only) kills the broker at a named point of this
 phase: after-prepare-durable, between-markers, before-complete.
@@ -30,12 +33,15 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
 from tidegate.common.errors import ErrorCode, KafkaError
+from tidegate.common.topics import TRANSACTION_STATE
 from tidegate.coordinator.runtime import CoordinatorRuntime, PartitionState
 from tidegate.coordinator.txn import ops
 from tidegate.coordinator.txn.messages import MarkerJob
 from tidegate.coordinator.txn.shard import TxnShard
 from tidegate.server.coordinator import CoordinatorShell
+from tidegate.server.coordinator_epochs import CoordinatorEpochs
 from tidegate.server.markers import Marker, write_markers
+from tidegate.storage.disk_space import disk_full_error
 
 if TYPE_CHECKING:
     from tidegate.server.broker import Broker
@@ -47,10 +53,12 @@ _MAX_BACKOFF_S = 1.0
 
 class TxnFinisher:
     def __init__(self, broker: Broker, runtime: CoordinatorRuntime[TxnShard],
-                 shell: CoordinatorShell[TxnShard], fault_point: str = "") -> None:
+                 shell: CoordinatorShell[TxnShard], epochs: CoordinatorEpochs,
+                 fault_point: str = "") -> None:
         self.broker = broker
         self.runtime = runtime
         self.shell = shell
+        self.epochs = epochs
         self._fault_point = fault_point
         self._jobs: set[asyncio.Task[None]] = set()
         self._completions: dict[str, asyncio.Future[None]] = {}
@@ -96,6 +104,8 @@ class TxnFinisher:
         """Write the job's markers, then complete the transaction; retried until done or
         until the partition is reloaded (the new shard hands the job out again)."""
         self._fault("after-prepare-durable")
+        if not await self._persist_epoch(partition, job):
+            return
         marker = Marker(job.producer_id, job.producer_epoch, job.coordinator_epoch, job.commit)
         todo = set(job.partitions)
         delay, warned = 0.02, False
@@ -123,14 +133,14 @@ class TxnFinisher:
             if todo and len(batch) < len(job.partitions):
                 self._fault("between-markers")
             if any(tp in todo for tp in batch):  # some of this round failed: back off
-                if not warned:
+                if not warned and not self.broker.logs.space.full:
                     warned = True
                     log.warning("transaction %r: markers not yet written to %s; retrying",
                                 job.transactional_id, sorted(todo))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _MAX_BACKOFF_S)
         self._fault("before-complete")
-        delay = 0.02
+        delay, warned = 0.02, False
         while self._current(partition, job):
             try:
                 await self.shell.run(partition, lambda s, now, _t: ops.complete(
@@ -139,10 +149,35 @@ class TxnFinisher:
                 self.completed(job.transactional_id)
                 return
             except KafkaError as e:
-                log.warning("transaction %r: cannot complete yet (%s); retrying",
-                            job.transactional_id, e)
+                if not warned and disk_full_error(e) is None \
+                        and not self.broker.logs.space.full:
+                    warned = True
+                    log.warning("transaction %r: cannot complete yet (%s); retrying",
+                                job.transactional_id, e)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _MAX_BACKOFF_S)
+
+    async def _persist_epoch(self, partition: int, job: MarkerJob) -> bool:
+        """Make the job's coordinator epoch durable before a marker carries it, retrying
+        while the disk is full; False if the partition was reloaded meanwhile."""
+        if self.epochs.persisted(partition, job.coordinator_epoch):
+            return True
+        loop = asyncio.get_running_loop()
+        delay, reported = 0.02, False
+        while self._current(partition, job):
+            try:
+                await loop.run_in_executor(None, self.epochs.persist, partition,
+                                           job.coordinator_epoch)
+                return True
+            except OSError as e:
+                if not reported or disk_full_error(e) is not None:  # the latter: counted
+                    reported = True
+                    self.broker.logs.space.write_failed(
+                        e, f"recording the coordinator epoch of {TRANSACTION_STATE}-"
+                        f"{partition}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _MAX_BACKOFF_S)
+        return False
 
     def _fault(self, point: str) -> None:
         """Test-only fault injection (`tidegate.test.fault.point`, unset in production):

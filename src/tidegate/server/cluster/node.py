@@ -41,6 +41,7 @@ from tidegate.server.cluster.registration import (
     get_or_create_cluster_id,
 )
 from tidegate.server.cluster.zk import ZkClient
+from tidegate.server.partition import Partition
 from tidegate.server.replica_manager import ReplicaManager
 
 __all__ = ["ClusterNode", "ClusterStartError"]
@@ -69,6 +70,8 @@ class ClusterNode:
         self.broker_epoch = -1
         self._lock = asyncio.Lock()  # one batch of partition changes at a time
         self.fetchers: ReplicaFetcherManager | None = None
+        # internal topic -> its coordinator shell's `on_leadership` (set by BrokerApp)
+        self.coordinator_shells: dict[str, Callable[[int, int | None], None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     async def prepare(self) -> str:
@@ -103,7 +106,7 @@ class ClusterNode:
         md = self.metadata
         replicas.exists = lambda t, p: (t in md.topics and p in md.topics[t].partitions)
         self.fetchers = ReplicaFetcherManager(self.config, replicas, md)
-        replicas.on_role_change = self.fetchers.on_role_change
+        replicas.on_role_change = self._on_role_change
         replicas.isr_writer = IsrWriter(self.zk, replicas)
         lag = self.config.get_int("replica.lag.time.max.ms", 30000) or 30000
         self._tasks.append(asyncio.create_task(self._shrink_isr_every(lag)))
@@ -126,6 +129,17 @@ class ClusterNode:
         self.watcher = MetadataWatcher(self.zk, self.metadata, self._apply)
         await self.watcher.start()
         await asyncio.wait_for(self.watcher.synced.wait(), 30)
+
+    def _on_role_change(self, part: Partition) -> None:
+        """A replica became leader or follower, or went: the fetchers follow, and the
+        coordinator shard of an internal topic's partition loads or unloads."""
+        assert self.fetchers is not None
+        self.fetchers.on_role_change(part)
+        shells = self.coordinator_shells.get(part.topic)
+        if shells is not None:
+            here = self.replicas is not None and \
+                self.replicas.partition(part.topic, part.index) is part
+            shells(part.index, part.leader_epoch if part.is_leader and here else None)
 
     def _on_epoch(self, epoch: int) -> None:
         self.broker_epoch = epoch

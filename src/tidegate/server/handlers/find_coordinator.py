@@ -1,5 +1,12 @@
-"""FindCoordinator: this node coordinates every group and every transactional id (v0-v3
-one key, v4+ batched keys).
+"""FindCoordinator: which broker coordinates a group or a transactional id (v0-v3 one
+key, v4+ batched keys).
+
+Embedded broker: this node coordinates everything. Cluster: the coordinator of a key is
+the leader of its partition of `__consumer_offsets` (the partition's shard is loaded
+there, server/coordinator.py); the topic is created on the first request, and while it
+has no leader the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
+Transactions in cluster mode are not served yet: key type 1 is COORDINATOR_NOT_AVAILABLE
+with a message saying so.
 
 Key type 0 (groups) and key type 1 (transactional ids) answer this node once the
 matching coordinator has started (COORDINATOR_NOT_AVAILABLE before, which clients
@@ -20,6 +27,25 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
 
+async def _cluster_lookup(broker: Broker, key_type: int,
+                          key: str) -> tuple[ErrorCode, str | None, int]:
+    if key_type == TRANSACTION_KEY_TYPE:
+        if not key:
+            return ErrorCode.invalid_request, "the transactional id must not be empty", -1
+        return (ErrorCode.coordinator_not_available,
+                "transactions are not available in cluster mode yet", -1)
+    if key_type != GROUP_KEY_TYPE:
+        return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}", -1
+    gc = broker.group_coordinator
+    if not await gc.ensure_topic():
+        return ErrorCode.coordinator_not_available, "__consumer_offsets is being created", -1
+    topic = broker.metadata.topic(gc.runtime.topic)
+    leader = -1 if topic is None else topic.partitions[gc.partition_for(key)].leader
+    if leader < 0:
+        return ErrorCode.coordinator_not_available, "the coordinator has no leader yet", -1
+    return ErrorCode.none, None, leader
+
+
 def _lookup(broker: Broker, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
     if key_type == GROUP_KEY_TYPE:
         if broker.group_coordinator.available:
@@ -34,8 +60,15 @@ def _lookup(broker: Broker, key_type: int, key: str) -> tuple[ErrorCode, str | N
     return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
 
 
-def _node(broker: Broker, code: ErrorCode) -> dict[str, Any]:
-    node = broker.metadata.broker(broker.node_id) if code == ErrorCode.none else None
+async def _find(broker: Broker, key_type: int, key: str) -> tuple[ErrorCode, str | None, int]:
+    if broker.replicas.cluster:
+        return await _cluster_lookup(broker, key_type, key)
+    code, message = _lookup(broker, key_type, key)
+    return code, message, broker.node_id
+
+
+def _node(broker: Broker, code: ErrorCode, node_id: int) -> dict[str, Any]:
+    node = broker.metadata.broker(node_id) if code == ErrorCode.none else None
     if node is not None:
         return {"node_id": node.node_id, "host": node.host, "port": node.port}
     return {"node_id": -1, "host": "", "port": -1}
@@ -46,14 +79,13 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 4:
         coordinators = []
         for key in req.coordinator_keys or ():
-            code, message = _lookup(broker, key_type, str(key))
-            coordinators.append(
-                {"key": key, **_node(broker, code), "error_code": code, "error_message": message}
-            )
+            code, message, node = await _find(broker, key_type, str(key))
+            coordinators.append({"key": key, **_node(broker, code, node), "error_code": code,
+                                 "error_message": message})
         return build(ctx.response_class, {"throttle_time": 0, "coordinators": coordinators})
-    code, message = _lookup(broker, key_type, str(view(req, "key", "") or ""))
+    code, message, node = await _find(broker, key_type, str(view(req, "key", "") or ""))
     return build(
         ctx.response_class,
         {"throttle_time": 0, "error_code": code, "error_message": message,
-         **_node(broker, code)},
+         **_node(broker, code, node)},
     )

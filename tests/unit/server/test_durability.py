@@ -1,0 +1,65 @@
+"""Group commit (server/durability.py) when a flush fails: the waiters fail, the failure
+is reported once per run of failures (a full disk each time, counted there), and the log
+is flushed again by itself, so its high watermark moves once the disk lets it — without
+waiting for the partition's next append."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+
+from tidegate.server.durability import GroupCommit
+
+
+class FlakyLog:
+    """A flushable whose flush fails `failures` times with `error`."""
+
+    def __init__(self, failures: int, error: OSError) -> None:
+        self.failures = failures
+        self.error = error
+        self.recovery_point = 0
+        self.end = 0
+        self.calls = 0
+
+    def flush(self) -> int:
+        self.calls += 1
+        if self.failures:
+            self.failures -= 1
+            raise self.error
+        self.recovery_point = self.end
+        return self.recovery_point
+
+
+def _run(error: OSError) -> tuple[list[int], list[str], FlakyLog, list[BaseException]]:
+    flushed: list[int] = []
+    reported: list[str] = []
+    lg = FlakyLog(4, error)
+    failed: list[BaseException] = []
+
+    async def main() -> None:
+        gc = GroupCommit(lambda _t, rp: flushed.append(rp),
+                         lambda e, what: reported.append(str(e)))
+        lg.end = 5
+        try:
+            await gc.wait_durable(lg, 5)
+        except OSError as e:
+            failed.append(e)
+        for _ in range(200):  # 0.05 + 0.1 + 0.2 + 0.4 s of retries
+            if flushed:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    return flushed, reported, lg, failed
+
+
+def test_a_failed_flush_is_retried_until_the_log_is_durable() -> None:
+    flushed, reported, lg, failed = _run(OSError(errno.EIO, "I/O error"))
+    assert failed and flushed == [5] and lg.calls == 5
+    assert len(reported) == 1  # the first of the run; the retries stay quiet
+
+
+def test_a_full_disk_is_reported_at_each_failure() -> None:
+    flushed, reported, _lg, failed = _run(OSError(errno.ENOSPC, "No space left on device"))
+    assert failed and flushed == [5]
+    assert len(reported) == 4  # LogDirSpace counts them and logs the first
