@@ -99,3 +99,57 @@ def test_a_broker_that_does_not_lead_answers_not_leader(cluster: Cluster) -> Non
         assert resp.topics[0].partitions[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
     finally:
         raw.close()
+
+
+def test_consumer_group_survives_its_coordinator(cluster: Cluster) -> None:
+    """__consumer_offsets is created in ZooKeeper with replication factor 3 on the first
+    FindCoordinator; a group's committed offsets survive the kill -9 of the broker that
+    coordinates it (the new leader of its __consumer_offsets partition loads them), and
+    the group resumes from them."""
+    import time
+
+    from confluent_kafka import TopicPartition
+
+    name = f"grp-{uuid.uuid4().hex[:6]}"
+    _create(cluster, name, 3, 3)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(300):
+        p.produce(name, key=str(i).encode(), value=str(i).encode())
+    assert p.flush(30) == 0
+    group = f"g-{name}"
+
+    def consume(n: int) -> list[int]:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.subscribe([name])
+        got: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(int(m.value()))
+        c.commit(asynchronous=False)
+        c.close()
+        return got
+
+    first = consume(120)
+    assert len(first) >= 120
+    offsets_md = _kcat_metadata(cluster.brokers[1].bootstrap, "__consumer_offsets")
+    parts = offsets_md["topics"][0]["partitions"]  # type: ignore[index]
+    assert all(len(x["replicas"]) == 3 for x in parts), "RF 3 for __consumer_offsets"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    coordinator = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+    cluster.kill(coordinator)
+    try:
+        checker = Consumer({"bootstrap.servers": ",".join(
+            b.bootstrap for bid, b in cluster.brokers.items() if bid != coordinator),
+            "group.id": group})
+        committed = wait_for("committed offsets from the new coordinator", lambda: [
+            tp.offset for tp in checker.committed(
+                [TopicPartition(name, i) for i in range(3)], timeout=5)], timeout=60)
+        checker.close()
+        assert sum(max(o, 0) for o in committed) == len(first)  # type: ignore[union-attr]
+        rest = consume(300 - len(first))
+        assert sorted(first + rest) == list(range(300)), "resumed where it committed"
+    finally:
+        cluster.restart(coordinator)

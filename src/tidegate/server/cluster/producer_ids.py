@@ -18,7 +18,7 @@ import asyncio
 import logging
 
 from tidegate.common.errors import ErrorCode, KafkaError
-from tidegate.replication.znodes import PRODUCER_ID_BLOCK
+from tidegate.replication.znodes import PRODUCER_ID_BLOCK, MalformedZnodeError
 from tidegate.replication.znodes_admin import ProducerIdBlock, first_producer_id_block
 from tidegate.server.cluster.errors import BadVersionError, NodeExistsError, ZkError
 from tidegate.server.cluster.zk import ZkClient
@@ -45,7 +45,7 @@ class ZkProducerIdBlocks:
         future = asyncio.run_coroutine_threadsafe(self.reserve(size), self.loop)
         try:
             return future.result(_TIMEOUT_S)
-        except ZkError as e:
+        except (ZkError, MalformedZnodeError) as e:
             raise ProducerIdBlockUnavailableError(
                 f"cannot reserve producer ids in ZooKeeper: {e}") from e
         except TimeoutError as e:
@@ -64,7 +64,10 @@ class ZkProducerIdBlocks:
                     continue  # another broker took the first block
             else:
                 data, stat = got
-                block = ProducerIdBlock.decode(data).next_block(self.broker_id, size)
+                # empty: the persistent path exists (created at start, as Kafka does)
+                # but no block was taken yet
+                block = (first_producer_id_block(self.broker_id, size) if not data
+                         else ProducerIdBlock.decode(data).next_block(self.broker_id, size))
                 try:
                     await self.zk.set(PRODUCER_ID_BLOCK, block.encode(), stat.version)
                 except BadVersionError:
