@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -153,3 +154,52 @@ def test_consumer_group_survives_its_coordinator(cluster: Cluster) -> None:
         assert sorted(first + rest) == list(range(300)), "resumed where it committed"
     finally:
         cluster.restart(coordinator)
+
+
+def test_consumers_fetch_from_a_replica_in_their_rack(tmp_path: Path) -> None:
+    """KIP-392: with replica.selector.class = Kafka's RackAwareReplicaSelector, the
+    leader points a consumer whose client.rack matches a follower's broker.rack to that
+    follower (librdkafka logs "preferred replica updated"), which serves the data."""
+    import time
+
+    from confluent_kafka import TopicPartition
+
+    selector = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+    c = Cluster(tmp_path, overrides={"replica.selector.class": selector})
+    for bid, b in c.brokers.items():
+        b.overrides["broker.rack"] = f"rack-{bid}"
+    c.start()
+    try:
+        _create(c, "near", 1, 3)
+        md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics("near", timeout=10)
+        part = md.topics["near"].partitions[0]
+        follower = next(r for r in part.replicas if r != part.leader)
+        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        for i in range(500):
+            p.produce("near", value=str(i).encode())
+        assert p.flush(30) == 0
+        logs: list[str] = []
+        consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "near",
+                             "client.rack": f"rack-{follower}", "debug": "fetch",
+                             "logger": _Collect(logs)})
+        consumer.assign([TopicPartition("near", 0, 0)])
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 500 and time.monotonic() < deadline:
+            got.extend(int(m.value()) for m in consumer.consume(500, 0.5) if not m.error())
+        consumer.close()
+        assert got == list(range(500))
+        assert any(f"migrating from broker {part.leader} to {follower}" in line
+                   for line in logs), "the leader named the follower in the client's rack"
+    finally:
+        c.stop()
+
+
+class _Collect:
+    """A logging.Logger stand-in for librdkafka's `logger` setting."""
+
+    def __init__(self, into: list[str]) -> None:
+        self.into = into
+
+    def log(self, _level: int, fmt: str, *args: object) -> None:
+        self.into.append(fmt % args if args else fmt)

@@ -131,6 +131,14 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "queued.max.requests": ("500", "int", "In-flight requests per connection before reads pause."),
     "cluster.id": ("", "str", "Cluster id; generated at first start and kept in meta.properties."),
     "broker.rack": ("", "str", "Rack of this broker."),
+    "replica.selector.class": (
+        "",
+        "str",
+        "KIP-392 fetch from the closest replica: "
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector points consumers that "
+        "set client.rack to an in-sync replica in their rack. Empty: consumers read from "
+        "leaders (a follower still serves a v11+ consumer that asks it).",
+    ),
     "offsets.topic.num.partitions": (
         "50",
         "int",

@@ -20,6 +20,7 @@ from tidegate.common.clock import Clock, SystemClock
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import InvalidConfigError
 from tidegate.coordinator.producer_ids import ProducerIdManager
+from tidegate.server.cluster_admin import ClusterAdmin, EmbeddedClusterAdmin
 from tidegate.server.dynamic_config import activate_cluster_defaults
 from tidegate.server.group_config import GroupConfigStore
 from tidegate.server.metadata_view import EmbeddedMetadata, MetadataView
@@ -61,6 +62,11 @@ class Broker:
         # creating and deleting topics: the local topics file (cluster: ZooKeeper, set
         # by BrokerApp)
         self.topic_admin: TopicAdmin = EmbeddedTopicAdmin(self)
+        # KIP-392: replica.selector.class (Kafka's RackAwareReplicaSelector) or none
+        self.replica_selector = bool((config.get("replica.selector.class") or "").strip())
+        # elections, reassignments, controlled shutdown (cluster: the controller's, set
+        # by BrokerApp)
+        self.cluster_admin: ClusterAdmin = EmbeddedClusterAdmin(self)
         self.group_commit = self.replicas.group_commit
         self.started_at = self.clock.monotonic()
         self._init_idempotence()

@@ -18,6 +18,13 @@ watermark over the ISR and may add the follower to it, server/leadership.py), an
 follower whose `last_fetched_epoch` disagrees with the leader's epoch history gets
 `diverging_epoch` to truncate to, and no records (Fetch v12+, as Kafka 2.7+).
 
+Fetch from the closest replica (KIP-392): with `replica.selector.class` set to Kafka's
+`org.apache.kafka.common.replica.RackAwareReplicaSelector`, a leader answers a consumer
+that gives its `client.rack` with `preferred_read_replica` = an in-sync replica in that
+rack (and no records); a follower serves a v11+ consumer's fetch up to its own high
+watermark (last stable offset for read_committed), which trails the leader's by a
+fetch round.
+
 read_committed (`isolation_level` 1): data is returned only below the partition's last
 stable offset (the first offset of its oldest open transaction, else the high
 watermark), and the response lists the aborted transactions overlapping the returned
@@ -60,6 +67,10 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
     topics_out: list[dict[str, Any]] = []
     first_data = True
     replica_id = replica_id_of(req)
+    # KIP-392: consumers from Fetch v11 may read from a follower; with
+    # replica.selector.class set, the leader points them to a replica in their rack
+    from_follower_ok = replica_id < 0 and int(getattr(req, "__version__", 11) or 11) >= 11
+    rack = str(view(req, "rack_id", "") or "") if broker.replica_selector else ""
     for topic in req.topics:
         name, topic_id = resolve_topic(broker, topic)
         parts_out = []
@@ -85,8 +96,7 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                 parts_out.append(out)
                 continue
             try:
-                part = broker.replicas.leader(
-                    name, index, int(view(p, "current_leader_epoch", NO_EPOCH)))
+                part = _serving_replica(broker, name, index, p, replica_id, from_follower_ok)
             except KafkaError as e:
                 out["error_code"] = e.code
                 any_error = True
@@ -94,6 +104,16 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                 continue
             lg = part.log
             offset = int(p.fetch_offset)
+            if rack and part.is_leader and replica_id < 0:
+                preferred = _preferred_read_replica(broker, part, rack)
+                if preferred is not None:  # KIP-392: fetch from that replica instead
+                    out["preferred_read_replica"] = preferred
+                    out["high_watermark"] = lg.high_watermark
+                    out["last_stable_offset"] = lg.last_stable_offset
+                    out["log_start_offset"] = lg.log_start_offset
+                    any_error = True  # answer at once, with no records
+                    parts_out.append(out)
+                    continue
             if replica_id >= 0:
                 follower = _follower_fetch(broker, part, replica_id, p, out)
                 if follower is not None:  # an error or a diverging epoch: no records
@@ -139,6 +159,32 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
             {"topic": name or "", "topic_id": topic_id or ZERO_UUID, "partitions": parts_out}
         )
     return topics_out, total, any_error
+
+
+def _serving_replica(broker: Broker, name: str, index: int, p: Any, replica_id: int,
+                     from_follower_ok: bool) -> Partition:
+    """The replica that serves this fetch: the leader, or (KIP-392) a follower here
+    when a v11+ consumer asks it (it serves up to its own high watermark)."""
+    epoch = int(view(p, "current_leader_epoch", NO_EPOCH))
+    if from_follower_ok and broker.replicas.cluster:
+        part = broker.replicas.partition(name, index)
+        if part is not None and not part.is_leader and part.leader_epoch >= 0:
+            part.check_epoch(epoch)
+            return part
+    return broker.replicas.leader(name, index, epoch)
+
+
+def _preferred_read_replica(broker: Broker, part: Partition, rack: str) -> int | None:
+    """Kafka's RackAwareReplicaSelector: an in-sync replica in the client's rack; None
+    when the leader is one, or when none is."""
+    lead = part.leadership
+    if lead is None:
+        return None
+    candidates = [r for r in lead.state.isr
+                  if (b := broker.metadata.broker(r)) is not None and b.rack == rack]
+    if not candidates or part.leader_id in candidates or broker.node_id in candidates:
+        return None
+    return candidates[0]
 
 
 def _follower_fetch(broker: Broker, part: Partition, replica_id: int, p: Any,
