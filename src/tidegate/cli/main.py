@@ -1,4 +1,4 @@
-"""`tidegate` command line: serve, topics, produce, consume, groups, txn.
+"""`tidegate` command line: serve, cluster, topics, produce, consume, groups, txn.
 
 Each subcommand lives in its own module exposing `add_parser(subparsers)`; the parser
 sets `func`, which returns the process exit code.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from tidegate import __version__
 
-SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "txn")
+SUBCOMMANDS = ("serve", "cluster", "topics", "produce", "consume", "groups", "txn")
 
 
 def build_parser() -> argparse.ArgumentParser:

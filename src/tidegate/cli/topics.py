@@ -4,8 +4,13 @@ Mirrors `kafka-topics.sh` / `kafka-configs.sh` on top of the admin client. Every
 subcommand takes `--bootstrap-server` (default localhost:9092). Failures print one
 line saying what went wrong and what to do, and exit non-zero.
 
-`describe` ends with one line per broker log directory: its free space (DescribeLogDirs
-v4) and a warning when that is under the broker's `log.dir.free.space.warn.bytes`.
+`describe` prints kafka-topics' lines (leader, replicas, ISR per partition), adds
+`UnderReplicated: true` or `Offline: true` to a partition that is so (health.py), and
+ends with one line per broker log directory: its free space (DescribeLogDirs v4) and a
+warning when that is under the broker's `log.dir.free.space.warn.bytes`. With
+`--under-replicated-partitions` / `--unavailable-partitions` it prints only the
+matching partition lines (of every topic, internal ones included, unless one is named),
+as kafka-topics does.
 
 `list` prints one name per line; with no topic it prints "no topics" on stderr (as the
 other list commands do), so a script reading stdout still gets nothing.
@@ -22,9 +27,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tidegate.cli.health import ids, is_offline, is_under_replicated
 from tidegate.client.admin import AsyncAdmin
 from tidegate.client.errors import ConfigError, explain
-from tidegate.client.types import ConfigResource, LogDirDescription, NewTopic
+from tidegate.client.types import ConfigResource, LogDirDescription, NewTopic, PartitionInfo
 from tidegate.common.errors import KafkaError
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
@@ -79,8 +85,9 @@ def add_parser(sub: Any) -> None:
     c = actions.add_parser("create", help="create a topic")
     c.add_argument("name")
     c.add_argument("--partitions", type=int, default=1, help="partition count (default 1)")
-    c.add_argument("--replication-factor", type=int, default=1,
-                   help="replicas per partition (default 1)")
+    c.add_argument("--replication-factor", type=int, default=-1, metavar="N",
+                   help="replicas per partition (default: the broker's "
+                        "default.replication.factor, 1 unless set)")
     c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="a topic config, e.g. --config retention.ms=3600000 (repeatable)")
     c.add_argument("--if-not-exists", action="store_true",
@@ -90,8 +97,14 @@ def add_parser(sub: Any) -> None:
     lst.add_argument("--include-internal", action="store_true",
                      help="also list internal topics such as __consumer_offsets")
 
-    d = actions.add_parser("describe", help="show partitions, leaders and configs")
+    d = actions.add_parser("describe", help="show partitions, leaders, replicas, ISR and configs")
     d.add_argument("name", nargs="?", help="topic (default: every topic)")
+    d.add_argument("--include-internal", action="store_true",
+                   help="with no topic named, also describe internal topics")
+    d.add_argument("--under-replicated-partitions", action="store_true",
+                   help="only partitions whose ISR is smaller than their replicas")
+    d.add_argument("--unavailable-partitions", action="store_true",
+                   help="only partitions without a live leader")
 
     rm = actions.add_parser("delete", help="delete a topic and its data")
     rm.add_argument("name")
@@ -143,8 +156,38 @@ async def _list(admin: AsyncAdmin, args: argparse.Namespace) -> int:
     return 0
 
 
+def partition_line(topic: str, p: PartitionInfo, live: set[int]) -> str:
+    """kafka-topics' describe line, marked when the partition needs attention."""
+    line = (f"\tTopic: {topic}\tPartition: {p.partition}\t"
+            f"Leader: {p.leader if p.leader >= 0 else 'none'}\t"
+            f"Replicas: {ids(p.replicas)}\tIsr: {ids(p.isr)}")
+    if p.offline_replicas:
+        line += f"\tOfflineReplicas: {ids(p.offline_replicas)}"
+    if is_offline(p, live):
+        line += "\tOffline: true"
+    elif is_under_replicated(p, live):
+        line += "\tUnderReplicated: true"
+    return line
+
+
+def wanted_partition(p: PartitionInfo, live: set[int], under_replicated: bool,
+                     unavailable: bool) -> bool:
+    """The filters of kafka-topics --describe: none given keeps all, several are ORed."""
+    if not under_replicated and not unavailable:
+        return True
+    return ((under_replicated and is_under_replicated(p, live))
+            or (unavailable and is_offline(p, live)))
+
+
 async def _describe(admin: AsyncAdmin, args: argparse.Namespace) -> int:
-    names = None if args.name is None else [args.name]
+    live = {b.node_id for b in (await admin.describe_cluster()).brokers}
+    if args.under_replicated_partitions or args.unavailable_partitions:
+        return await _describe_filtered(admin, args, live)
+    names = None
+    if args.name is not None:
+        names = [args.name]
+    elif args.include_internal:
+        names = list(await admin.list_topics(include_internal=True))
     for desc in await admin.describe_topics(names):
         rf = max((len(p.replicas) for p in desc.partitions), default=0)
         overrides = ",".join(f"{k}={e.value}" for k, e in sorted(desc.configs.items())
@@ -153,10 +196,7 @@ async def _describe(admin: AsyncAdmin, args: argparse.Namespace) -> int:
               f"PartitionCount: {len(desc.partitions)}\tReplicationFactor: {rf}\t"
               f"Configs: {overrides}")
         for p in desc.partitions:
-            print(f"\tTopic: {desc.name}\tPartition: {p.partition}\tLeader: "
-                  f"{p.leader if p.leader >= 0 else 'none'}\t"
-                  f"Replicas: {','.join(map(str, p.replicas))}\t"
-                  f"Isr: {','.join(map(str, p.isr))}")
+            print(partition_line(desc.name, p, live))
     try:
         dirs = await admin.describe_log_dirs()
     except (KafkaError, ConfigError) as e:  # e.g. a broker without DescribeLogDirs v4
@@ -164,6 +204,26 @@ async def _describe(admin: AsyncAdmin, args: argparse.Namespace) -> int:
         return 0
     for d in dirs:
         print(await _log_dir_line(admin, d))
+    return 0
+
+
+async def _describe_filtered(admin: AsyncAdmin, args: argparse.Namespace,
+                             live: set[int]) -> int:
+    """Only the matching partition lines, no topic headers nor log dirs (kafka-topics);
+    a health check reads an empty stdout as "nothing to fix"."""
+    names = ([args.name] if args.name is not None
+             else list(await admin.list_topics(include_internal=True)))
+    found = 0
+    for desc in await admin.describe_topics(names, include_configs=False):
+        for p in desc.partitions:
+            if wanted_partition(p, live, args.under_replicated_partitions,
+                                args.unavailable_partitions):
+                print(partition_line(desc.name, p, live))
+                found += 1
+    if not found:
+        what = " or ".join(w for w, on in (("under-replicated", args.under_replicated_partitions),
+                                          ("unavailable", args.unavailable_partitions)) if on)
+        print_none(f"no {what} partitions")
     return 0
 
 

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -127,9 +128,12 @@ def launch(
     cfg_path: Path | None = None,
     output: IO[bytes] | int | None = None,
     log_level: str = "warn",
+    preexec_fn: Callable[[], object] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Write zoo.cfg (beside the data directory unless told) and start the server.
-    The caller owns the process; `wait_until_serving` tells when it answers."""
+    The caller owns the process; `wait_until_serving` tells when it answers.
+    `preexec_fn` runs in the child before java starts (`cluster up` uses it so that
+    ZooKeeper dies with the launcher)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     cfg = cfg_path or settings.data_dir.parent / f"zoo-{settings.port}.cfg"
     cfg.write_text(zoo_cfg(settings))
@@ -139,6 +143,7 @@ def launch(
         stdout=output,
         stderr=subprocess.STDOUT if output is not None else None,
         start_new_session=True,  # Ctrl-C in a terminal is the launcher's to handle
+        preexec_fn=preexec_fn,
     )
 
 

@@ -132,8 +132,11 @@ class ReplicaFetcher:
             ready = [p for tp, p in self.partitions.items() if self._delayed.get(tp, 0) <= now]
             if not ready:
                 self._changed.clear()
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the
+                # cancel that stops this fetcher (stop() would then wait forever)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), self.backoff)
+                    async with asyncio.timeout(self.backoff):
+                        await self._changed.wait()
                 continue
             try:
                 await self._round(ready)
