@@ -18,7 +18,8 @@ install: $(STAMP)
 
 # kcat is one of the real clients the interop tests use; Debian packages it. The cluster
 # tests start a real ZooKeeper from Debian's `zookeeper` package (its jars in
-# /usr/share/java; it needs a Java runtime, which the package pulls in if missing).
+# /usr/share/java; it needs a Java runtime, which the package pulls in if missing). The
+# network-partition tests drop packets with Debian's `iptables` (they skip unless root).
 deps-system:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat (Debian package)"; \
@@ -28,6 +29,10 @@ deps-system:
 	  echo "installing zookeeper (Debian package)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper >/dev/null; }
+	@command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || { \
+	  echo "installing iptables (Debian package)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iptables >/dev/null; }
 
 # KafkaJS (tests/integration/test_kafkajs.py) comes from the npm registry; node and npm
 # from Debian's packages if the machine has none.
@@ -93,6 +98,7 @@ bench: install
 	$(BIN)/python bench/transactions.py
 	$(BIN)/python bench/transactions_client.py
 	$(BIN)/python bench/spark.py
+	$(BIN)/python bench/cluster.py
 
 # examples/spark_pipeline.py (Spark local[*]) against a broker of its own on DEMO_PORT,
 # data in a scratch directory; the broker stops when the example ends.

@@ -35,6 +35,9 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.overrides = dict(overrides or {})
+        # the group the process runs with (None: ours); netpartition.py tells "hosts" apart
+        # by it
+        self.group: int | None = None
         self.proc: subprocess.Popen[str] | None = None
         self.log_lines: list[str] = []
         self._reader: threading.Thread | None = None
@@ -59,7 +62,8 @@ class BrokerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
+            group=self.group,
         )
         ready = threading.Event()
 
