@@ -1,5 +1,5 @@
-"""The benchmarks still run: `bench/transactions.py --quick` and `bench/transactions_client.py
---quick` against a real broker.
+"""The benchmarks still run: `bench/transactions.py --quick`, `bench/transactions_client.py
+--quick` against a real broker and `bench/cluster.py --quick` against a real cluster.
 
 A smoke run, not a timed test: it checks that the script starts its broker, drives every
 part with confluent-kafka and prints each table row with a number in it (so a change to
@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from tests.integration.conftest import ROOT
 
 ROWS = (
@@ -62,3 +63,37 @@ def test_transactions_client_bench_quick() -> None:
         for line in lines:
             assert re.search(r"\d[\d,]*", line.strip()[len(row):]), f"no figure in {line!r}"
     assert len(re.findall(r"confluent-kafka: (met|MISSED)$", out, re.M)) == 4, out
+
+
+CLUSTER_ROWS = ("embedded broker", "cluster RF=1", "cluster RF=3, min.insync.replicas=2")
+
+
+def test_cluster_bench_quick() -> None:
+    """bench/cluster.py --quick (its own ZooKeeper, 3 cluster brokers and an embedded
+    one; 2,000 records per row, one kill): every produce and consume row has figures,
+    the follower row a figure or "not available", the kill its two times, and every
+    acknowledged record of the failover topic was read back."""
+    from tidegate.cli import zk_launch
+
+    try:
+        zk_launch.find_zookeeper_classpath()
+        zk_launch.find_java()
+    except zk_launch.ZooKeeperNotInstalledError as e:
+        pytest.skip(str(e))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "cluster.py"), "--quick"],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(r"^machine: .+, \d+ cores, .*Python \d", out, re.M), out
+    assert "zookeeper.session.timeout.ms=" in out, out
+    for row in CLUSTER_ROWS:
+        produce = [ln for ln in out.splitlines() if ln.startswith(row + " ")]
+        assert produce and re.search(r"\d+\.\d+ \(\d+-\d+\)\s+[\d,]+\s+\d+\.\d", produce[0]), out
+    consume = [ln for ln in out.splitlines() if "from leaders" in ln]
+    assert len(consume) == 2 and all(re.search(r"\d+\.\d\s+[\d,]+\s+1: \d+ %", ln)
+                                     for ln in consume), out
+    assert re.search(r"^cluster RF=3, from a follower \(KIP-392\)\s+(\d+\.\d|not available)",
+                     out, re.M), out
+    assert re.search(r"kill 1: broker \d .* after \d+\.\d\d s, next acks=all record "
+                     r"acknowledged after \d+\.\d\d s", out), out
+    assert re.search(r"read back: (\d+) acknowledged, \1 read back, each once", out), out
