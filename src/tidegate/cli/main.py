@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 from tidegate import __version__
 
-SUBCOMMANDS = ("serve", "cluster", "topics", "produce", "consume", "groups", "txn")
+SUBCOMMANDS = ("serve", "cluster", "topics", "leaders", "produce", "consume", "groups", "txn")
+# modules adding actions to a subcommand of another module (`topics reassign`)
+EXTENSIONS = ("reassign",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError:
             continue
         module.add_parser(sub)
+    for name in EXTENSIONS:
+        importlib.import_module(f"tidegate.cli.{name}").extend_parser(sub)
     return parser
 
 

@@ -7,6 +7,9 @@ integer milliseconds become timedeltas/datetimes where the schema wants them, an
 fields the version lacks are ignored while fields it needs but `data` lacks get their
 schema default (or a zero value). Requests are read with `view(entity, name, default)`
 for the same reason: a field missing in an old version reads as the default.
+
+APIs kio lacks (ControlledShutdown) are hand-written (protocol/hand_written.py): the
+lookups, `decode` and `encode` here serve them too, so callers need no special case.
 """
 
 from __future__ import annotations
@@ -31,8 +34,13 @@ from kio.serial._introspect import (
 )
 from kio.static.protocol import Entity
 
-from tidegate.protocol import guard
+from tidegate.protocol import (
+    controlled_shutdown,  # noqa: F401  (registers API 7)
+    guard,
+    hand_written,
+)
 from tidegate.protocol.guard import GuardError
+from tidegate.protocol.hand_written import HandWrittenMessage
 
 E = TypeVar("E")
 
@@ -45,11 +53,17 @@ class DecodeError(Exception):
 
 @functools.cache
 def request_class(api_key: int, version: int) -> type[Entity]:
+    hand = hand_written.REQUESTS.get((api_key, version))  # APIs kio lacks
+    if hand is not None:
+        return cast(type[Entity], hand)
     return cast(type[Entity], load_request_schema(api_key, version))
 
 
 @functools.cache
 def response_class(api_key: int, version: int) -> type[Entity]:
+    hand = hand_written.RESPONSES.get((api_key, version))
+    if hand is not None:
+        return cast(type[Entity], hand)
     return cast(type[Entity], load_response_schema(api_key, version))
 
 
@@ -75,6 +89,14 @@ def decode(cls: type[Entity], buf: bytes, pos: int = 0, *, strict: bool = False)
     broker ignores them: librdkafka, for one, sends Metadata v13 requests with three
     extra bytes after the tagged fields.
     """
+    if isinstance(cls, type) and issubclass(cls, HandWrittenMessage):
+        try:
+            hand, end = cls.decode_body(buf, pos)
+        except (ValueError, IndexError) as e:
+            raise DecodeError(f"malformed {cls.__name__}: {e}") from e
+        if strict and end != len(buf):
+            raise DecodeError(f"{cls.__name__} body has {len(buf) - end} trailing bytes")
+        return cast(Entity, hand)
     try:
         guard.check(cls, buf, pos)
     except GuardError as e:
@@ -92,6 +114,8 @@ def decode(cls: type[Entity], buf: bytes, pos: int = 0, *, strict: bool = False)
 
 
 def encode(entity: Entity) -> bytes:
+    if isinstance(entity, HandWrittenMessage):
+        return entity.encode_body()
     out = io.BytesIO()
     _writer(type(entity))(out, entity)
     return out.getvalue()

@@ -77,6 +77,13 @@ class ControllerContext:
     broker_epochs: dict[int, int] = field(default_factory=dict)
     topics: dict[str, TopicAssignment] = field(default_factory=dict)
     states: dict[TopicPartition, VersionedState] = field(default_factory=dict)
+    # brokers in a controlled shutdown (Kafka's shuttingDownBrokerIds): registered, but
+    # never elected leader again; forgotten when their registration goes or changes
+    shutting_down: set[int] = field(default_factory=set)
+
+    def live_ids(self) -> set[int]:
+        """Brokers that may lead: registered and not shutting down."""
+        return set(self.live_brokers) - self.shutting_down
 
     def fenced(self, ops: Iterable[ZkOp]) -> list[ZkOp]:
         """`ops` as a transaction that fails if another controller was elected since."""

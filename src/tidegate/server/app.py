@@ -92,7 +92,9 @@ class BrokerApp:
 
     async def _prepare_cluster(self) -> None:
         """Before the logs load: ZooKeeper, the cluster id, the metadata view, topic admin."""
+        from tidegate.server.cluster.cluster_admin import ClusterNodeAdmin
         from tidegate.server.cluster.topic_admin import ClusterTopicAdmin
+        from tidegate.server.dispatch import register_cluster_apis
 
         assert self.cluster is not None
         cluster_id = await self.cluster.prepare()
@@ -100,6 +102,8 @@ class BrokerApp:
         self.broker.metadata = self.cluster.make_metadata()
         rf = self.config.get_int("default.replication.factor", 1) or 1
         self.broker.topic_admin = ClusterTopicAdmin(self.cluster.zk, rf)
+        self.broker.cluster_admin = ClusterNodeAdmin(self.cluster)  # the controller's ops
+        register_cluster_apis(self.broker.dispatcher)  # ControlledShutdown
         # producer ids: blocks from /latest_producer_id_block, unique across brokers
         from tidegate.coordinator.producer_ids import ProducerIdManager
         from tidegate.server.cluster.producer_ids import ZkProducerIdBlocks
@@ -187,6 +191,8 @@ class BrokerApp:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.cluster is not None:  # leaderships moved away while clients can still ask
+            await self.cluster.controlled_shutdown()
         await self.listener.stop()
         if self.cluster is not None:
             await self.cluster.stop()

@@ -2,7 +2,11 @@
 
 A handler is `async (broker, ctx, request) -> response | None` (None: send nothing,
 as for acks=0 produce). The advertised range of each API is what the handler
-implements, clipped to the versions `kio` can encode.
+implements, clipped to the versions `kio` can encode (or, for the APIs kio lacks, the
+hand-written codec: protocol/hand_written.py).
+
+ControlledShutdown is a broker-to-controller API of ZooKeeper-mode clusters: it is
+registered (and advertised) only in cluster mode (`register_cluster_apis`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.index import api_key_map, schema_name_map
+
+from tidegate.protocol import hand_written
 
 if TYPE_CHECKING:
     from tidegate.server.broker import Broker
@@ -30,8 +36,15 @@ class Api:
 
 
 def kio_range(api_key: int) -> tuple[int, int]:
+    hand = hand_written.version_range(api_key)
+    if hand is not None:
+        return hand
     versions = sorted(schema_name_map[api_key_map[api_key]].keys())
     return versions[0], versions[-1]
+
+
+def api_name(api_key: int) -> str:
+    return hand_written.NAMES.get(api_key) or api_key_map[api_key]
 
 
 class Dispatcher:
@@ -41,7 +54,7 @@ class Dispatcher:
     def register(self, api_key: int, handler: Handler, min_v: int, max_v: int) -> None:
         lo, hi = kio_range(api_key)
         lo, hi = max(lo, min_v), min(hi, max_v)
-        self.apis[api_key] = Api(api_key, api_key_map[api_key], lo, hi, handler)
+        self.apis[api_key] = Api(api_key, api_name(api_key), lo, hi, handler)
 
     def supports(self, api_key: int, version: int) -> bool:
         api = self.apis.get(api_key)
@@ -52,6 +65,7 @@ def default_dispatcher() -> Dispatcher:
     from tidegate.server.handlers import (
         admin,
         api_versions,
+        cluster_ops,
         configs,
         fetch,
         find_coordinator,
@@ -105,4 +119,15 @@ def default_dispatcher() -> Dispatcher:
     d.register(61, txn_admin.handle_describe_producers, 0, 0)
     d.register(65, txn_admin.handle_describe_transactions, 0, 0)
     d.register(66, txn_admin.handle_list_transactions, 0, 2)
+    # the controller's operations (server/cluster_admin.py)
+    d.register(43, cluster_ops.handle_elect_leaders, 0, 2)
+    d.register(45, cluster_ops.handle_alter_partition_reassignments, 0, 0)
+    d.register(46, cluster_ops.handle_list_partition_reassignments, 0, 0)
     return d
+
+
+def register_cluster_apis(d: Dispatcher) -> None:
+    """The APIs only a ZooKeeper-mode broker serves (called by BrokerApp in cluster mode)."""
+    from tidegate.server.handlers import cluster_ops
+
+    d.register(7, cluster_ops.handle_controlled_shutdown, 1, 3)

@@ -15,6 +15,12 @@ leadership by watching their partitions' state znodes (no LeaderAndIsr RPCs).
 Threading: all work runs in one task draining an asyncio queue fed by `zk.py` (watch
 events mean "re-read"; several pending events are handled as one pass). Session LOST
 resigns; CONNECTED re-reads everything, since kazoo drops watches on disconnection.
+
+Operations the broker asks for (controlled shutdown, ElectLeaders, partition
+reassignments: `controller_calls.py`, `controller_ops.py`, `reassignments.py`) are queued
+on the same queue and run by the same task, after the ZooKeeper events of their batch;
+so is the automatic preferred-leader rebalance (`auto.leader.rebalance.enable`), every
+`leader.imbalance.check.interval.seconds`.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ from tidegate.replication.znodes import (
     decode_controller_epoch,
     encode_controller_epoch,
 )
+from tidegate.server.cluster.controller_calls import Call, ControllerCalls
+from tidegate.server.cluster.controller_ops import LeadershipOps, RebalanceSettings
 from tidegate.server.cluster.errors import (
     BadVersionError,
     ConnectionLossError,
@@ -56,6 +64,7 @@ from tidegate.server.cluster.errors import (
 )
 from tidegate.server.cluster.fenced_writes import FencedWriter
 from tidegate.server.cluster.reads import ClusterReader
+from tidegate.server.cluster.reassignments import Reassignments
 from tidegate.server.cluster.registration import ensure_persistent_paths
 from tidegate.server.cluster.zk import SessionEvent, SessionState, Watch, WatchEvent, ZkClient
 
@@ -65,11 +74,12 @@ log = logging.getLogger(__name__)
 
 _START = object()  # the first event: look at /controller
 _RESYNC = object()  # re-read everything (after an unexpected failure)
+_REBALANCE = object()  # time for the automatic preferred-leader rebalance
 T = TypeVar("T")
 _RETRIES = 5
 
 
-class Controller:
+class Controller(ControllerCalls):
     """Takes part in controller election; acts as controller while elected."""
 
     def __init__(
@@ -81,6 +91,7 @@ class Controller:
         delete_topic_enable: bool = True,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         on_active: Callable[[bool, int], None] | None = None,
+        rebalance: RebalanceSettings | None = None,
     ) -> None:
         self.zk = zk
         self.broker_id = broker_id
@@ -94,6 +105,10 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self.reads = ClusterReader(zk)
         self.writer = FencedWriter(zk, self.reads)
+        self.rebalance = rebalance or RebalanceSettings(enabled=False)
+        self.ops = LeadershipOps(broker_id, self.write_state)
+        self.reassign = Reassignments(zk, self.reads, self.writer, self._watch)
+        self._timer: asyncio.Task[None] | None = None
 
     @property
     def active(self) -> bool:
@@ -107,25 +122,32 @@ class Controller:
         self.zk.subscribe(self._events)
         self._events.put_nowait(_START)
         self._task = asyncio.create_task(self._run(), name=f"controller-{self.broker_id}")
+        if self.rebalance.enabled:
+            self._timer = asyncio.create_task(self._rebalance_timer())
+
+    async def _rebalance_timer(self) -> None:
+        while True:
+            await asyncio.sleep(self.rebalance.interval_s)
+            self._events.put_nowait(_REBALANCE)
+
+    async def _stop_tasks(self) -> None:
+        self.zk.unsubscribe(self._events)
+        for task in (self._timer, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._timer = self._task = None
+        self._fail_queued_calls()
 
     async def abandon(self) -> None:
         """Stop processing events without a word to ZooKeeper: what a frozen or dying
         process does (its session, and /controller with it, expires on its own)."""
-        self.zk.unsubscribe(self._events)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._stop_tasks()
 
     async def stop(self) -> None:
         """Stop taking part; if controller, give it up at once (delete our /controller)."""
-        self.zk.unsubscribe(self._events)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._stop_tasks()
         if self.ctx is not None:
             self._resign("shutting down")
             # Hand over at once rather than after the session ends; bounded, since
@@ -163,10 +185,27 @@ class Controller:
                 asyncio.get_running_loop().call_later(1.0, self._events.put_nowait, _RESYNC)
 
     async def _handle(self, batch: list[object]) -> None:
-        elect = resync = brokers = topics = deletions = False
+        calls = [e for e in batch if isinstance(e, Call)]
+        failure: Exception | None = None
+        try:
+            await self._handle_events([e for e in batch if not isinstance(e, Call)])
+        except asyncio.CancelledError:
+            self._fail_calls(calls)
+            raise
+        except Exception as e:  # the calls still get their answer (NOT_CONTROLLER, ...)
+            failure = e
+        await self._answer(calls)
+        if failure is not None:
+            raise failure
+
+    async def _handle_events(self, batch: list[object]) -> None:
+        elect = resync = brokers = topics = deletions = rebalance = False
         changed_topics: set[str] = set()
+        reassigning: set[TopicPartition] = set()
         for event in batch:
-            if event is _START:
+            if event is _REBALANCE:
+                rebalance = True
+            elif event is _START:
                 elect = True
             elif event is _RESYNC:
                 elect = resync = True
@@ -189,6 +228,8 @@ class Controller:
                     deletions = True
                 elif isinstance(tag, tuple) and tag[0] == "topic":
                     changed_topics.add(str(tag[1]))
+                elif isinstance(tag, tuple) and tag[0] == "reassign":
+                    reassigning.add((str(tag[1]), int(tag[2])))
         if elect:
             became = await self._check_controller()
             if became or (resync and self.ctx is not None):
@@ -202,6 +243,12 @@ class Controller:
             await self._on_topics_change(changed_topics)
         if deletions:
             await self._on_topic_deletions()
+        for tp in sorted(reassigning):
+            await self.reassign.on_isr_change(self._ctx(), tp)
+        if rebalance:
+            ctx = self._ctx()
+            await self.ops.auto_rebalance(ctx, self.rebalance.percentage,
+                                          bool(self.reassign.in_progress(ctx)))
 
     # -- election -----------------------------------------------------------------------
 
@@ -298,6 +345,7 @@ class Controller:
         await self._reelect([tp for tp in tps if tp in ctx.states])
         await self._create_missing_states(ctx.topics)
         await self._on_topic_deletions()
+        await self.reassign.resume(ctx)  # reassignments a previous controller started
 
     async def _read_topics(self, names: list[str]) -> list[TopicAssignment | None]:
         """The topics' assignments, (re-)arming each topic znode's data watch."""
@@ -319,6 +367,7 @@ class Controller:
         bounced = {
             b for b in set(before) & set(ctx.broker_epochs) if before[b] != ctx.broker_epochs[b]
         }
+        ctx.shutting_down -= dead | bounced  # gone, or back as a new incarnation
         if not (dead or born or bounced):
             return
         log.info(
@@ -343,7 +392,7 @@ class Controller:
 
     async def _reelect(self, tps: Iterable[TopicPartition]) -> None:
         ctx = self._ctx()
-        live = set(ctx.live_brokers)
+        live = ctx.live_ids()  # a broker in controlled shutdown is not elected again
         todo = [tp for tp in tps if tp in ctx.states]
         # unclean.leader.election.enable only matters where the leader is gone; reading a
         # topic's config costs a round trip, so only those topics pay it.
@@ -378,6 +427,8 @@ class Controller:
             else:
                 ctx.topics[name] = updated[name] = a
         await self._create_missing_states(updated)
+        # a reassignment written to a topic znode (by a tool, or by us) goes on from here
+        await self.reassign.resume(ctx, [tp for tp in ctx.partitions() if tp[0] in updated])
 
     def _forget_topic(self, name: str) -> None:
         ctx = self._ctx()

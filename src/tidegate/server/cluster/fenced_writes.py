@@ -125,7 +125,7 @@ class FencedWriter:
                     if vs is not None:
                         ctx.states[(topic, p)] = vs
                         continue
-                new = initial_state(ctx.assignment((topic, p)), set(ctx.live_brokers), ctx.epoch)
+                new = initial_state(ctx.assignment((topic, p)), ctx.live_ids(), ctx.epoch)
                 if new is None:
                     self.reads.say_once(
                         ("offline-new", topic, p, tuple(sorted(ctx.live_brokers))),

@@ -39,7 +39,6 @@ from tidegate.replication.znodes import (
 )
 from tidegate.server.cluster.errors import (
     ConnectionLossError,
-    NoNodeError,
     SessionExpiredError,
     ZkClosedError,
 )
@@ -273,11 +272,12 @@ class MetadataWatcher:
 
     async def _read_controller(self) -> None:
         try:
-            data, _ = await self.zk.get(CONTROLLER, self._watch("controller"))
-            self.md.set_controller(ControllerRegistration.decode(data).broker_id)
-        except NoNodeError:
-            await self.zk.exists(CONTROLLER, self._watch("controller"))
-            self.md.set_controller(-1)
+            # get_or_none: /controller may be created between a failed read and the
+            # exists() that arms the watch; that watch then waits for a change, so the
+            # new controller would go unseen until the next one
+            got = await self.zk.get_or_none(CONTROLLER, self._watch("controller"))
+            self.md.set_controller(
+                -1 if got is None else ControllerRegistration.decode(got[0]).broker_id)
         except MalformedZnodeError as e:
             self.reads.say_once(("controller", str(e)), "%s", e)
             self.md.set_controller(-1)

@@ -11,7 +11,9 @@
    cluster's metadata (`MetadataWatcher`), applying each partition change to the
    replica manager: a replica assigned here is opened (created if new), made leader or
    follower at the state's leader epoch; a replica no longer assigned here is deleted.
-3. `stop()` — resign as controller, deregister, close the session.
+3. `controlled_shutdown()` — before the listener closes: the controller moves this
+   broker's leaderships away (server/cluster/shutdown.py).
+4. `stop()` — resign as controller, deregister, close the session.
 
 Leadership is applied only from state znodes (fenced by their leader epoch and znode
 version); a broker never decides its own role.
@@ -29,6 +31,7 @@ from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.replication.znodes import NO_LEADER
 from tidegate.server.cluster.controller import Controller
+from tidegate.server.cluster.controller_ops import RebalanceSettings
 from tidegate.server.cluster.errors import ZkError
 from tidegate.server.cluster.fetcher import ReplicaFetcherManager
 from tidegate.server.cluster.isr import IsrWriter
@@ -40,6 +43,7 @@ from tidegate.server.cluster.registration import (
     ensure_persistent_paths,
     get_or_create_cluster_id,
 )
+from tidegate.server.cluster.shutdown import ControlledShutdown
 from tidegate.server.cluster.zk import ZkClient
 from tidegate.server.partition import Partition
 from tidegate.server.replica_manager import ReplicaManager
@@ -124,6 +128,7 @@ class ClusterNode:
             self.node_id,
             unclean_leader_election=self.config.get_bool("unclean.leader.election.enable"),
             delete_topic_enable=self.config.get_bool("delete.topic.enable"),
+            rebalance=RebalanceSettings.from_config(self.config),
         )
         await self.controller.start()
         self.watcher = MetadataWatcher(self.zk, self.metadata, self._apply)
@@ -150,6 +155,28 @@ class ClusterNode:
             await asyncio.sleep(lag_ms / 2000)
             if self.replicas is not None:
                 self.replicas.propose_isr_shrinks(lag_ms)
+
+    async def controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships away (while the listener
+        still serves); then stop following (see server/cluster/shutdown.py)."""
+        fetchers, replicas, md = self.fetchers, self.replicas, self.metadata
+        if fetchers is None or replicas is None or md is None or self.registrar is None:
+            return  # never joined
+        # Role changes still reach the fetchers and coordinators, but no partition is
+        # fetched any more: fetching would put this broker back into the ISRs the
+        # controller is taking it out of.
+        applied = replicas.on_role_change
+
+        def fetch_nothing_more(part: Partition) -> None:
+            if applied is not None:
+                applied(part)
+            for fetcher in fetchers.fetchers.values():
+                fetcher.remove(part)
+
+        replicas.on_role_change = fetch_nothing_more
+        await ControlledShutdown(self.config, md, self.zk, lambda: self.broker_epoch,
+                                 fetchers.endpoint).run()
+        await fetchers.stop()
 
     async def stop(self) -> None:
         for task in self._tasks:

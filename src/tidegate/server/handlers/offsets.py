@@ -99,6 +99,11 @@ async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, re
             part = _leader(broker, t.topic, index, p)
             if isinstance(part, ErrorCode):
                 out["error_code"] = part
+            elif part.stamp_epoch:
+                # cluster: the epoch cache says where the requested epoch ended (a consumer
+                # validating its position after a leader change asks for an older epoch)
+                ends = part.log.end_offset_for_epoch(int(p.leader_epoch))
+                out["leader_epoch"], out["end_offset"] = ends.epoch, ends.end_offset
             elif int(p.leader_epoch) >= part.leader_epoch:
                 out["leader_epoch"] = part.leader_epoch
                 out["end_offset"] = part.log.log_end_offset
