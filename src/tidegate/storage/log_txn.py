@@ -135,11 +135,12 @@ class TransactionalLog:
         with self._lock:
             return self._producers.describe()
 
-    def needs_verification(self, producer_id: int) -> bool:
-        """True if a transactional batch of `producer_id` would start a transaction here,
-        so Produce must verify the partition with the coordinator (KIP-890)."""
+    def needs_verification(self, producer_id: int, producer_epoch: int | None = None) -> bool:
+        """True if a transactional batch of `producer_id` (at `producer_epoch`) would
+        start a transaction here, so Produce must verify the partition with the
+        coordinator (KIP-890)."""
         with self._lock:
-            return self._producers.needs_verification(producer_id)
+            return self._producers.needs_verification(producer_id, producer_epoch)
 
     def begin_verification(self, producer_id: int, producer_epoch: int) -> object:
         """A guard to take before asking the coordinator and to pass to `append` as

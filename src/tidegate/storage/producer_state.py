@@ -355,10 +355,18 @@ class ProducerStateManager:
 
     # -- the append path -------------------------------------------------------------
 
-    def needs_verification(self, producer_id: int) -> bool:
+    def needs_verification(self, producer_id: int, producer_epoch: int | None = None) -> bool:
         """A transactional batch of this producer would start a transaction here, so the
-        Produce path must hold a verification guard (KIP-890)."""
-        return producer_id not in self._ongoing
+        Produce path must hold a verification guard (KIP-890). A batch with a newer epoch
+        than the producer's open transaction here starts a new one too (transaction
+        version 2 bumps the epoch at every end): while the previous transaction's marker
+        has not landed, it must not slip into that transaction unverified."""
+        if producer_id not in self._ongoing:
+            return True
+        if producer_epoch is None:
+            return False
+        entry = self._producers.get(producer_id)
+        return entry is None or producer_epoch > entry.producer_epoch
 
     def begin_verification(self, producer_id: int, producer_epoch: int, now_ms: int) -> object:
         """The guard to pass back with the append once the coordinator confirmed that

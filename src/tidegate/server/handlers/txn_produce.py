@@ -118,7 +118,7 @@ async def verify_transactional(
         return ErrorCode.invalid_record, None
     if slot is not None:
         await slot.wait_turn()
-    if not lg.needs_verification(producer_id):
+    if not lg.needs_verification(producer_id, epoch):
         return ErrorCode.none, None
     guard = lg.begin_verification(producer_id, epoch)
     try:
