@@ -348,3 +348,17 @@ def test_interrupted_cleaner_swap_rebuilds_the_merged_txnindex(tmp_path: Path) -
     assert [s.base_offset for s in again.segments][:2] == [0, segs[2].base_offset]
     assert again.aborted_transactions(0, segs[2].base_offset) == want
     assert not list(d.glob("*.cleaned")) and not list(d.glob("*.swap"))
+
+
+def test_a_bumped_epoch_needs_verification_while_the_old_transaction_is_open(
+        tmp_path: Path) -> None:
+    """Transaction version 2 bumps the epoch at every end: a batch of the next
+    transaction arriving before the previous one's marker must be verified, not taken
+    as a continuation of the open transaction (it would be committed with it)."""
+    log = open_log(tmp_path)
+    guard = log.begin_verification(1, 0)
+    log.append(txn(1, 1), verification_guard=guard)
+    assert not log.needs_verification(1, 0)  # the same transaction goes on
+    assert log.needs_verification(1, 1)  # the next one, marker not landed yet
+    log.append_marker(1, 1, 0, commit=True)
+    assert log.needs_verification(1, 1)
