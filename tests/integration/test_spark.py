@@ -32,7 +32,7 @@ TOPICS = {"sp-a": 3, "sp-b": 2}
 
 @pytest.fixture(scope="module")
 def sbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    # default settings, as `make run`: the exactly-once sink needs nothing more (issue 21)
+    # default settings, as `make run`: the exactly-once sink needs nothing more
     b = BrokerProcess(tmp_path_factory.mktemp("spark") / "data")
     b.start()
     try:
