@@ -138,6 +138,12 @@ class CoordinatorShell(Generic[S]):
             return
         if self.runtime.leader_epochs.get(partition) == leader_epoch:
             return
+        if (partition in self.runtime.leader_epochs
+                and self.runtime.state(partition) is PartitionState.ACTIVE):
+            # still leader, at a newer epoch (never unloaded in between): the shard is
+            # current; only its writes' stamp changes
+            self.runtime.leader_epochs[partition] = leader_epoch
+            return
         self.runtime.leader_epochs[partition] = leader_epoch
         log.info("%s-%d: leader at epoch %d; loading its coordinator shard", self.topic,
                  partition, leader_epoch)

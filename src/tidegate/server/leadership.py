@@ -173,6 +173,17 @@ class Leadership:
             return None
         return self.state.maybe_shrink_isr(self.clock.now_ms(), lag_time_ms)
 
+    def renew(self, *, leader_epoch: int, replicas: Sequence[int], isr: Sequence[int],
+              zk_version: int, controller_epoch: int) -> None:
+        """Still leader at a newer epoch: keep the followers' positions and the waiters
+        (`LeaderReplicaState.on_new_leader_epoch`)."""
+        self.controller_epoch = controller_epoch
+        self.isr_write_running = False  # a pending conditional write will fail
+        self._sync_hw(self.state.on_new_leader_epoch(
+            leader_epoch=leader_epoch, replicas=replicas, isr=isr, zk_version=zk_version,
+            now_ms=self.clock.now_ms(), epoch_start_offset=self.log.log_end_offset))
+        self._wake()  # NOT_ENOUGH_REPLICAS_AFTER_APPEND may now be due
+
     def committed_isr(self, isr: Sequence[int], zk_version: int) -> None:
         if zk_version < self.state.zk_version:
             return

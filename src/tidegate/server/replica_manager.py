@@ -128,6 +128,21 @@ class ReplicaManager:
             if lead is not None:
                 lead.committed_isr(isr, zk_version)
             return part
+        if (part.is_leader and lead is not None and self.logs.node_id in isr
+                and leader_epoch > part.leader_epoch):
+            # Still leader at a newer epoch (the controller changed the ISR or the
+            # replicas): followers keep their positions and acks=all waiters keep waiting
+            # (Kafka's makeLeader for a broker that was already leading).
+            part.leader_epoch = leader_epoch
+            part.log.assign_leader_epoch(leader_epoch)
+            lead.renew(leader_epoch=leader_epoch, replicas=replicas or (self.logs.node_id,),
+                       isr=isr, zk_version=zk_version, controller_epoch=controller_epoch)
+            log.info("%s-%d: still leader, now at epoch %d, ISR %s", topic, index,
+                     leader_epoch, list(isr))
+            self._notify(part.tp)
+            if self.on_role_change is not None:
+                self.on_role_change(part)
+            return part
         was = "leader" if part.is_leader else "follower"
         if lead is not None:
             lead.resign()
