@@ -19,6 +19,13 @@ runs it:
 The same function handles a Fetch v12+ answer carrying a diverging epoch: it is an
 OffsetForLeaderEpoch answer delivered with the fetch.
 
+A fetch answered OFFSET_OUT_OF_RANGE (the follower's log end is outside the leader's
+log) is handled by `out_of_range_action`, Kafka's `fetchOffsetAndTruncate`: a follower
+whose log end is past the leader's truncates to the leader's end (only an unclean
+election can lead there); one whose log end is below the leader's log start (retention
+or DeleteRecords removed what it missed while it was away) empties its log and restarts
+it at the leader's log start.
+
 Invariant kept (the model in tests/unit/replication proves it against a reference): a
 follower never truncates a record the leader has, at the same offset and epoch; and so
 never a committed one, since the leader holds every committed record.
@@ -35,9 +42,11 @@ from tidegate.storage.leader_epochs import (
 )
 
 __all__ = [
+    "OutOfRangeAction",
     "TruncationPoint",
     "first_request_epoch",
     "follower_high_watermark",
+    "out_of_range_action",
     "truncation_offset",
 ]
 
@@ -101,3 +110,35 @@ def truncation_offset(
     if local.epoch != leader_epoch:
         return TruncationPoint(min(local.end_offset, local_leo), ask_again_with=local.epoch)
     return TruncationPoint(min(local.end_offset, leader_end_offset, local_leo))
+
+
+@dataclass(frozen=True)
+class OutOfRangeAction:
+    """What a follower does to its log after OFFSET_OUT_OF_RANGE, then fetches from
+    `fetch_offset`: cut its tail at `truncate_to`, or empty it and restart it at
+    `start_at`, or (both None) nothing: the leader's log moved meanwhile and the log end
+    is back in range."""
+
+    fetch_offset: int
+    truncate_to: int | None = None
+    start_at: int | None = None
+
+
+def out_of_range_action(local_leo: int, leader_log_start: int,
+                        leader_log_end: int) -> OutOfRangeAction:
+    """Kafka's `fetchOffsetAndTruncate`, given the leader's log start and log end
+    (ListOffsets earliest and latest with this follower's replica id):
+
+    - leader's end below the follower's end: truncate to the leader's end. With leader
+      epochs a diverging tail is cut through the diverging epoch instead; reaching this
+      means the leader lost records the follower holds (an unclean election), and the
+      follower must not keep offsets the leader will reuse;
+    - leader's log start above the follower's end: everything the follower lacks below
+      it is gone on the leader, so the follower empties its log and starts at the
+      leader's log start (Kafka's truncateFullyAndStartAt);
+    - otherwise the follower's end is in range now: fetch from it again."""
+    if leader_log_end < local_leo:
+        return OutOfRangeAction(leader_log_end, truncate_to=leader_log_end)
+    if leader_log_start > local_leo:
+        return OutOfRangeAction(leader_log_start, start_at=leader_log_start)
+    return OutOfRangeAction(local_leo)

@@ -21,6 +21,7 @@ from tidegate.replication.znode_json import (
 )
 from tidegate.replication.znodes import (
     CLUSTER_ID,
+    CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES,
     ISR_CHANGE_NOTIFICATION,
     PREFERRED_REPLICA_ELECTION,
@@ -31,6 +32,7 @@ from tidegate.replication.znodes import (
 
 __all__ = [
     "ProducerIdBlock",
+    "config_change_sequence",
     "decode_cluster_id",
     "decode_config_change",
     "decode_entity_config",
@@ -143,6 +145,15 @@ def decode_config_change(data: bytes | None) -> str:
     if json_int(obj, "version", CONFIG_CHANGES) != 2 or not isinstance(value, str):
         raise MalformedZnodeError(f"{CONFIG_CHANGES}: expected version 2 with entity_path")
     return value
+
+
+def config_change_sequence(child: str) -> int | None:
+    """The sequence number of a /config/changes child ("config_change_0000000012" ->
+    12); None for a child that is not a notification (left alone, as Kafka does)."""
+    if not child.startswith(CONFIG_CHANGE_PREFIX):
+        return None
+    digits = child[len(CONFIG_CHANGE_PREFIX):]
+    return int(digits) if digits.isdigit() else None
 
 
 # -- /admin/* and /isr_change_notification -----------------------------------------------

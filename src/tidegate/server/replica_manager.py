@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
 from tidegate.common.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from tidegate.server.durability import Flushable, GroupCommit
@@ -187,8 +188,10 @@ class ReplicaManager:
             self.on_role_change(part)
         return part
 
-    def stop_replica(self, topic: str, index: int) -> None:
-        """This broker no longer holds `topic`-`index`: drop it and its data."""
+    def stop_replica(self, topic: str, index: int) -> Path | None:
+        """This broker no longer holds `topic`-`index`: drop it. Its directory is only
+        renamed here; the caller removes the returned one (`remove_deleted_dir`) off the
+        event loop."""
         part = self._partitions.get((topic, index))
         if part is not None:
             part.is_leader = False
@@ -199,7 +202,7 @@ class ReplicaManager:
                 self.on_role_change(part)
             self._forget(part)
         self._notify((topic, index))
-        self.logs.remove_replica(topic, index)
+        return self.logs.remove_replica(topic, index)
 
     def forget_topic(self, topic: str, partitions: int) -> None:
         """Before a topic's logs are deleted: stop flushing them, wake their fetches."""

@@ -10,6 +10,11 @@ the `TopicAdmin` port; they never touch the `LogManager` or ZooKeeper themselves
   and returns; the controller then elects leaders and the brokers open their replicas,
   so for a moment the new topic's partitions answer LEADER_NOT_AVAILABLE, as in Kafka.
 
+Topic config overrides (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs on a
+topic) go through the same port: embedded, the local topics file; in a cluster,
+`/config/topics/<t>` plus a `/config/changes` notification every broker applies
+(`server/cluster/topic_configs.py`), so any broker describes the same configs.
+
 Validation every implementation shares (names, partition counts, configs) stays in the
 handlers; each implementation checks what only it knows (live brokers, replication).
 """
@@ -17,19 +22,22 @@ handlers; each implementation checks what only it knows (live brokers, replicati
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from tidegate.common.errors import (
     ErrorCode,
     InvalidReplicationFactorError,
     KafkaError,
+    UnknownTopicOrPartitionError,
 )
 
 if TYPE_CHECKING:
     from tidegate.server.broker import Broker
 
 Assignment = Mapping[int, Sequence[int]]  # partition -> replicas, preferred leader first
+# A topic's current overrides -> its new ones (validating them; raises a KafkaError).
+ConfigChange = Callable[[dict[str, str]], dict[str, str]]
 
 
 class TopicAdmin(Protocol):
@@ -51,6 +59,18 @@ class TopicAdmin(Protocol):
         self, name: str, total: int, assignment: Sequence[Sequence[int]] | None, *,
         validate_only: bool,
     ) -> None: ...
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        """The topic's config overrides (UNKNOWN_TOPIC_OR_PARTITION if there is no such
+        topic)."""
+        ...
+
+    async def alter_topic_config(
+        self, name: str, change: ConfigChange, *, validate_only: bool
+    ) -> dict[str, str]:
+        """Replace the topic's overrides with `change(current)`, atomically with respect
+        to concurrent alters; returns the new overrides (not stored if `validate_only`)."""
+        ...
 
 
 def invalid_assignment(message: str) -> KafkaError:
@@ -110,3 +130,18 @@ class EmbeddedTopicAdmin:
     ) -> None:
         self.check_replication(1, assignment or ())
         self.broker.logs.create_partitions(name, total, validate_only=validate_only)
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        meta = self.broker.logs.topics.get(name)
+        if meta is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        return dict(meta.configs)
+
+    async def alter_topic_config(
+        self, name: str, change: ConfigChange, *, validate_only: bool
+    ) -> dict[str, str]:
+        # topic_config never suspends: nothing alters the topic between read and write
+        new = change(await self.topic_config(name))
+        self.broker.logs.alter_topic_configs(name, new, incremental=False,
+                                             validate_only=validate_only)
+        return new

@@ -127,7 +127,7 @@ from tidegate.storage.validation import (
     validate_producer_batches,
 )
 
-__all__ = ["UNVERIFIED", "AppendInfo", "Log"]
+__all__ = ["UNVERIFIED", "AppendInfo", "Log", "remove_deleted_dir"]
 
 # `Log.append`'s default for `verification_guard`: no KIP-890 check (internal callers).
 UNVERIFIED: object = object()
@@ -791,19 +791,35 @@ class Log(TransactionalLog, ReplicaLog):
     def delete(self) -> None:
         """Close and remove the directory (renamed to `<dir>.<uuid>-delete` first, as
         Kafka does, so a crash midway leaves nothing that loads as a partition)."""
+        remove_deleted_dir(self.close_for_delete())
+
+    def close_for_delete(self) -> Path | None:
+        """The quick half of `delete` (fit for the event loop): close the log and rename
+        its directory to `<dir>.<uuid>-delete`, so the name is free at once for a new
+        replica of the partition. Returns the renamed directory (None if there was none)
+        for `remove_deleted_dir`, the slow half, to remove in a worker thread."""
         with self._lock:
             self._closed = True
             for seg in self._segs.segments:
                 self._segs.retire(seg)
         if not self.directory.exists():
-            return
+            return None
         doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
         os.replace(self.directory, doomed)
-        fsync_dir(doomed.parent)
-        shutil.rmtree(doomed, ignore_errors=True)
+        return doomed
 
     def _write_offset_file(self, name: str, value: int) -> None:
         atomic_write(self.directory / name, f"{value}\n".encode())
+
+
+def remove_deleted_dir(doomed: Path | None) -> None:
+    """The slow half of `Log.delete` (a worker thread's job): make the rename durable,
+    then remove the files. A crash before the end leaves the `-delete` directory, which
+    the next start removes (LogManager.load)."""
+    if doomed is None:
+        return
+    fsync_dir(doomed.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _fsync_if_exists(path: Path) -> None:

@@ -317,20 +317,26 @@ class LogManager:
                         other.update_config(cfg)
             return lg
 
-    def remove_replica(self, name: str, partition: int) -> None:
-        """Delete this broker's replica of `name`-`partition` (the controller moved it
-        away or the topic was deleted); the topic goes when its last replica does."""
+    def remove_replica(self, name: str, partition: int) -> Path | None:
+        """Drop this broker's replica of `name`-`partition` (the controller moved it
+        away or the topic was deleted); the topic goes when its last replica does.
+
+        Only the quick part runs here (the log is closed and its directory renamed to
+        `...-delete` under the lock, so a replica re-created at once opens a fresh
+        directory); the renamed directory is returned for the caller to remove with
+        `storage.log.remove_deleted_dir` in a worker thread (None if nothing to remove)."""
         with self._lock:
             meta = self.topics.get(name)
             if meta is None:
-                return
+                return None
             hosted = frozenset(meta.local_partitions()) - {partition}
             if hosted:
                 self.topics[name] = dataclasses.replace(meta, hosted=hosted)
             else:
                 del self.topics[name]
             save_topics(self.log_dir, self.topics)
-            self._drop_log(name, partition)
+            lg = self._logs.pop((name, partition), None)
+            return None if lg is None else lg.close_for_delete()
 
     def _drop_log(self, name: str, partition: int) -> None:
         lg = self._logs.pop((name, partition), None)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tidegate.replication.follower import (
+    OutOfRangeAction,
     TruncationPoint,
     first_request_epoch,
     follower_high_watermark,
+    out_of_range_action,
     truncation_offset,
 )
 from tidegate.storage.leader_epochs import UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
@@ -102,3 +107,36 @@ def test_follower_high_watermark() -> None:
     assert follower_high_watermark(10, 7) == 7
     assert follower_high_watermark(5, 7) == 5
     assert follower_high_watermark(2, 7, log_start_offset=4) == 4
+
+
+def test_out_of_range_below_the_leaders_log_start_restarts_there() -> None:
+    # the follower was away while retention deleted offsets 0..899 on the leader
+    assert out_of_range_action(100, 900, 1000) == OutOfRangeAction(900, start_at=900)
+
+
+def test_out_of_range_past_the_leaders_end_truncates_to_it() -> None:
+    # an unclean election: the new leader's log is shorter than the follower's
+    assert out_of_range_action(120, 0, 80) == OutOfRangeAction(80, truncate_to=80)
+    # checked before the log start, as in Kafka: an empty leader log at 80
+    assert out_of_range_action(120, 80, 80) == OutOfRangeAction(80, truncate_to=80)
+
+
+def test_out_of_range_no_longer_out_of_range_fetches_again() -> None:
+    assert out_of_range_action(500, 400, 600) == OutOfRangeAction(500)
+    assert out_of_range_action(400, 400, 400) == OutOfRangeAction(400)
+
+
+@given(leo=st.integers(0, 10_000), start=st.integers(0, 10_000), length=st.integers(0, 10_000))
+def test_out_of_range_always_lands_inside_the_leaders_log(leo: int, start: int,
+                                                          length: int) -> None:
+    """Whatever the positions, the next fetch offset is within [leader start, leader end],
+    and the follower cuts nothing unless its end is outside the leader's log."""
+    end = start + length
+    action = out_of_range_action(leo, start, end)
+    assert start <= action.fetch_offset <= end
+    if action.truncate_to is not None:
+        assert action.truncate_to == end < leo and action.start_at is None
+    elif action.start_at is not None:
+        assert action.start_at == start > leo
+    else:
+        assert start <= leo <= end and action.fetch_offset == leo

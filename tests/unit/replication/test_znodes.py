@@ -182,6 +182,11 @@ def test_entity_configs_and_change_notifications() -> None:
     note = za.encode_config_change("topics/foo")
     assert json.loads(note) == {"version": 2, "entity_path": "topics/foo"}
     assert za.decode_config_change(note) == "topics/foo"
+    # the names ZooKeeper gives sequential children (ten digits), and others left alone
+    assert za.config_change_sequence("config_change_0000000012") == 12
+    assert za.config_change_sequence("config_change_") is None
+    assert za.config_change_sequence("config_change_12a") is None
+    assert za.config_change_sequence("something_else_0000000001") is None
 
 
 def test_admin_and_isr_notifications() -> None:

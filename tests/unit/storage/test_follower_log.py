@@ -375,3 +375,31 @@ def test_truncation_checkpoints_recovery_point_and_hw_at_once(tmp_path: Path) ->
     assert read_offset_checkpoint(tmp_path / RECOVERY_CHECKPOINT)[("t", 0)] == 6
     assert read_offset_checkpoint(tmp_path / REPLICATION_CHECKPOINT)[("t", 0)] == 6
     lm.close()
+
+
+def test_a_follower_left_below_the_leaders_log_start_restarts_there(tmp_path: Path) -> None:
+    """OFFSET_OUT_OF_RANGE after the leader deleted what a stopped follower missed: the
+    fetcher's rule (replication.follower.out_of_range_action) empties the follower's log
+    at the leader's log start, and fetching from there converges on the leader."""
+    from tidegate.replication.follower import out_of_range_action
+
+    leader, follower = open_replica(tmp_path, "l"), open_replica(tmp_path, "f")
+    for _ in range(3):
+        leader.append(plain(3), leader_epoch=0)
+    fetch_into(leader, follower)
+    advance_hw(leader, follower)
+    for i in range(10):  # the follower is away meanwhile
+        leader.append(idem(7, 2 * i), leader_epoch=1)
+    leader.update_high_watermark(leader.log_end_offset)
+    assert leader.delete_records_before(25) == 25
+    assert follower.log_end_offset == 9 < leader.log_start_offset
+    action = out_of_range_action(follower.log_end_offset, leader.log_start_offset,
+                                 leader.log_end_offset)
+    assert action.start_at == 25 and action.fetch_offset == 25
+    follower.truncate_fully_and_start_at(action.start_at)
+    fetch_into(leader, follower)
+    assert (follower.log_start_offset, follower.log_end_offset) == (25, leader.log_end_offset)
+    assert follower.high_watermark == leader.high_watermark
+    assert leader.read(25, 1 << 20) == follower.read(25, 1 << 20)
+    leader.close()
+    follower.close()

@@ -188,3 +188,35 @@ def test_only_first_log_dir_is_used(tmp_path: Path) -> None:
     m = LogManager([tmp_path / "a", tmp_path / "b"], LogConfig(), ManualClock())
     m.load()
     assert m.log_dir == tmp_path / "a" and not (tmp_path / "b").exists()
+
+
+def test_removing_a_replica_renames_now_and_deletes_later(tmp_path: Path) -> None:
+    """Cluster mode: `remove_replica` only renames the directory (quick, on the event
+    loop); the returned `-delete` directory is removed later in a worker. A replica of
+    the same partition re-created in between opens a fresh directory that the late
+    removal does not touch."""
+    import uuid
+
+    from tidegate.storage.log import remove_deleted_dir
+
+    m = manager(tmp_path, cluster=True)
+    topic_id = uuid.uuid4()
+    lg = m.ensure_replica("moving", topic_id, 2, 0, {})
+    m.ensure_replica("moving", topic_id, 2, 1, {})
+    lg.append(batch(3))
+    doomed = m.remove_replica("moving", 0)
+    assert doomed is not None and doomed.name.endswith("-delete") and doomed.exists()
+    assert not (tmp_path / "moving-0").exists() and m.get_log("moving", 0) is None
+    assert m.topics["moving"].hosted == frozenset({1})
+    again = m.ensure_replica("moving", topic_id, 2, 0, {})  # assigned back at once
+    assert again is not lg and again.log_end_offset == 0
+    again.append(batch(2))
+    remove_deleted_dir(doomed)
+    assert not doomed.exists()
+    assert (tmp_path / "moving-0").is_dir() and again.log_end_offset == 2
+    assert m.remove_replica("moving", 7) is None  # never held here
+    m.close()
+    reopened = manager(tmp_path, cluster=True)
+    assert reopened.get_log("moving", 0) is not None
+    assert reopened.get_log("moving", 0).log_end_offset == 2  # type: ignore[union-attr]
+    reopened.close()

@@ -14,6 +14,10 @@ its `current_leader_epoch` and `last_fetched_epoch`, and waits up to
 - a diverging epoch (KIP-595-style fetch truncation, Kafka 2.7+): the follower
   truncates to where its log and the leader's agree (`replication.follower`) and
   fetches again from there: no divergent record survives;
+- OFFSET_OUT_OF_RANGE: the follower asks the leader its log end and log start
+  (ListOffsets latest and earliest with `replica_id`, as Kafka's fetcher does) and
+  truncates to the leader's end, or empties its log and restarts at the leader's log
+  start when retention removed what it missed (`replication.follower`);
 - NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH /
   UNKNOWN_TOPIC_OR_PARTITION: the partition waits `replica.fetch.backoff.ms` (the
   metadata watcher will move it to the right leader); a connection failure backs the
@@ -33,7 +37,11 @@ from typing import Any
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import ErrorCode
 from tidegate.protocol.messages import build, request_class
-from tidegate.replication.follower import follower_high_watermark, truncation_offset
+from tidegate.replication.follower import (
+    follower_high_watermark,
+    out_of_range_action,
+    truncation_offset,
+)
 from tidegate.server.cluster.inter_broker import InterBrokerConnection, InterBrokerError
 from tidegate.server.cluster.metadata import ClusterMetadata
 from tidegate.server.partition import Partition
@@ -44,6 +52,8 @@ __all__ = ["ReplicaFetcherManager"]
 log = logging.getLogger(__name__)
 
 FETCH_KEY, FETCH_VERSION = 1, 12
+LIST_OFFSETS_KEY, LIST_OFFSETS_VERSION = 2, 7
+LATEST, EARLIEST = -1, -2
 _RETRY_LATER = {
     ErrorCode.not_leader_or_follower,
     ErrorCode.fenced_leader_epoch,
@@ -208,6 +218,9 @@ class ReplicaFetcher:
                       self.leader_id, code.name)
             self._delayed[part.tp] = asyncio.get_running_loop().time() + self.backoff
             return
+        if code == ErrorCode.offset_out_of_range:
+            await self._out_of_range(part)
+            return
         if code != ErrorCode.none:
             log.warning("%s-%d: fetch from leader %d failed: %s", part.topic, part.index,
                         self.leader_id, code.name)
@@ -234,3 +247,53 @@ class ReplicaFetcher:
         lg.maybe_increment_log_start_as_follower(int(pd.log_start_offset))
         lg.set_high_watermark_as_follower(hw)
         self.m.replicas.notify(part.tp)
+
+    async def _out_of_range(self, part: Partition) -> None:
+        """The follower's log end is outside the leader's log: ask the leader for its
+        log end and start, then truncate or restart the log (replication.follower)."""
+        epoch = part.leader_epoch
+        end = await self._leader_offset(part, LATEST)
+        start = await self._leader_offset(part, EARLIEST) if end is not None else None
+        if end is None or start is None:
+            self._delayed[part.tp] = asyncio.get_running_loop().time() + self.backoff
+            return
+        if self.partitions.get(part.tp) is not part or part.leader_epoch != epoch \
+                or part.is_leader:
+            return  # moved while we asked: the answer is stale
+        lg = part.log
+        action = out_of_range_action(lg.log_end_offset, start, end)
+        loop = asyncio.get_running_loop()
+        if action.truncate_to is not None:
+            log.warning("%s-%d: log end %d is past leader %d's log end %d; truncating to it",
+                        part.topic, part.index, lg.log_end_offset, self.leader_id, end)
+            await loop.run_in_executor(None, lg.truncate_to, action.truncate_to)
+        elif action.start_at is not None:
+            log.warning("%s-%d: log end %d is below leader %d's log start %d (deleted while "
+                        "this replica was away); restarting the log there", part.topic,
+                        part.index, lg.log_end_offset, self.leader_id, start)
+            await loop.run_in_executor(None, lg.truncate_fully_and_start_at, action.start_at)
+        self.m.replicas.notify(part.tp)
+
+    async def _leader_offset(self, part: Partition, timestamp: int) -> int | None:
+        """ListOffsets to the leader as this replica (latest = its log end); None if
+        the leader refused (the partition then backs off)."""
+        req = build(request_class(LIST_OFFSETS_KEY, LIST_OFFSETS_VERSION), {
+            "replica_id": self.m.node_id,
+            "isolation_level": 0,
+            "topics": [{"name": part.topic, "partitions": [{
+                "partition_index": part.index,
+                "current_leader_epoch": part.leader_epoch,
+                "timestamp": timestamp,
+            }]}],
+        })
+        resp = await self._connection().request(LIST_OFFSETS_KEY, LIST_OFFSETS_VERSION, req)
+        for topic in resp.topics:
+            for pd in topic.partitions:
+                if int(pd.partition_index) != part.index:
+                    continue
+                if pd.error_code != ErrorCode.none or int(pd.offset) < 0:
+                    log.info("%s-%d: leader %d answered ListOffsets with %s", part.topic,
+                             part.index, self.leader_id, ErrorCode(pd.error_code).name)
+                    return None
+                return int(pd.offset)
+        return None

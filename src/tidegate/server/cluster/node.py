@@ -11,6 +11,8 @@
    cluster's metadata (`MetadataWatcher`), applying each partition change to the
    replica manager: a replica assigned here is opened (created if new), made leader or
    follower at the state's leader epoch; a replica no longer assigned here is deleted.
+   Topic config changes (/config/changes) reach the replicas held here through the
+   `TopicConfigWatcher` (server/cluster/topic_configs.py).
 3. `controlled_shutdown()` — before the listener closes: the controller moves this
    broker's leaderships away (server/cluster/shutdown.py).
 4. `stop()` — resign as controller, deregister, close the session.
@@ -26,6 +28,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import ErrorCode, KafkaError
@@ -44,9 +47,11 @@ from tidegate.server.cluster.registration import (
     get_or_create_cluster_id,
 )
 from tidegate.server.cluster.shutdown import ControlledShutdown
+from tidegate.server.cluster.topic_configs import TopicConfigWatcher, usable_topic_config
 from tidegate.server.cluster.zk import ZkClient
 from tidegate.server.partition import Partition
 from tidegate.server.replica_manager import ReplicaManager
+from tidegate.storage.log import remove_deleted_dir
 
 __all__ = ["ClusterNode", "ClusterStartError"]
 
@@ -70,6 +75,7 @@ class ClusterNode:
         self.registrar: BrokerRegistrar | None = None
         self.controller: Controller | None = None
         self.watcher: MetadataWatcher | None = None
+        self.config_watcher: TopicConfigWatcher | None = None
         self.cluster_id = ""
         self.broker_epoch = -1
         self._lock = asyncio.Lock()  # one batch of partition changes at a time
@@ -134,6 +140,8 @@ class ClusterNode:
         self.watcher = MetadataWatcher(self.zk, self.metadata, self._apply)
         await self.watcher.start()
         await asyncio.wait_for(self.watcher.synced.wait(), 30)
+        self.config_watcher = TopicConfigWatcher(self.zk, replicas.logs, self._lock)
+        await self.config_watcher.start()
 
     def _on_role_change(self, part: Partition) -> None:
         """A replica became leader or follower, or went: the fetchers follow, and the
@@ -186,6 +194,8 @@ class ClusterNode:
                 await task
         if self.fetchers is not None:
             await self.fetchers.stop()
+        if self.config_watcher is not None:
+            await self.config_watcher.stop()
         if self.watcher is not None:
             await self.watcher.stop()
         if self.controller is not None:
@@ -204,6 +214,20 @@ class ClusterNode:
                 except Exception:
                     log.exception("%s-%d: could not apply %s", *change.tp, change)
 
+    def _remove_files(self, what: str, doomed: Path | None) -> None:
+        """Remove a dropped replica's renamed directory in a worker thread: a large
+        partition would stall the event loop for the length of the delete. Not waited
+        for; a crash midway leaves a `-delete` directory the next start removes."""
+        if doomed is None:
+            return
+        fut = asyncio.get_running_loop().run_in_executor(None, remove_deleted_dir, doomed)
+
+        def done(f: asyncio.Future[None]) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("%s: removing %s failed: %s", what, doomed, f.exception())
+
+        fut.add_done_callback(done)
+
     async def _apply_one(self, change: PartitionChange) -> None:
         replicas = self.replicas
         assert replicas is not None and self.metadata is not None
@@ -211,11 +235,13 @@ class ClusterNode:
         if self.node_id not in change.assignment or change.topic_id is None:
             if replicas.logs.get_log(topic, index) is not None:
                 log.info("%s-%d: no longer assigned here; deleting the replica", topic, index)
-                replicas.stop_replica(topic, index)
+                self._remove_files(f"{topic}-{index}", replicas.stop_replica(topic, index))
             return
         if replicas.logs.get_log(topic, index) is None or (
                 replicas.logs.topics[topic].topic_id != change.topic_id):
-            configs = await self.watcher.reads.topic_config(topic) if self.watcher else {}
+            reads = self.watcher.reads if self.watcher else None
+            configs = {} if reads is None else usable_topic_config(
+                topic, await reads.topic_config(topic), reads.say_once)
             partitions = len(self.metadata.topics[topic].partitions)
             topic_id = change.topic_id
             # opening a log may run recovery: not on the event loop

@@ -7,6 +7,8 @@ receives CreateTopics/DeleteTopics only writes ZooKeeper, and the controller act
   /brokers/topics, then writes the partition states (leader, ISR).
 - `request_topic_deletion`: /admin/delete_topics/<t>; the controller deletes the topic's
   znodes and brokers drop their replicas when they see the topic gone.
+- topic configs: /config/topics/<t> and a /config/changes notification
+  (server/cluster/topic_configs.py).
 
 Errors are Kafka's, with Kafka's messages: TOPIC_ALREADY_EXISTS,
 INVALID_REPLICATION_FACTOR ("Replication factor: 3 larger than available brokers: 2."),
@@ -43,7 +45,9 @@ from tidegate.replication.znodes import (
 )
 from tidegate.replication.znodes_admin import encode_entity_config
 from tidegate.server.cluster.errors import NodeExistsError, NoNodeError
+from tidegate.server.cluster.topic_configs import alter_topic_config_in_zk, read_topic_config
 from tidegate.server.cluster.zk import ZkClient
+from tidegate.server.topic_admin import ConfigChange
 
 __all__ = [
     "ClusterTopicAdmin",
@@ -199,3 +203,11 @@ class ClusterTopicAdmin:
         validate_only: bool,
     ) -> None:
         await add_partitions_in_zk(self.zk, name, total, assignment, validate_only=validate_only)
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        return await read_topic_config(self.zk, name)
+
+    async def alter_topic_config(
+        self, name: str, change: ConfigChange, *, validate_only: bool
+    ) -> dict[str, str]:
+        return await alter_topic_config_in_zk(self.zk, name, change, validate_only=validate_only)

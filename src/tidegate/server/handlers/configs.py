@@ -16,6 +16,10 @@ As a Kafka 4.1+ broker (KIP-966), the cluster default `min.insync.replicas` is w
 first start (server/dynamic_config.py), so every topic reports it with source
 DYNAMIC_DEFAULT_BROKER_CONFIG; it cannot be altered on a broker id nor removed.
 
+Topic overrides are read and written through the `TopicAdmin` port
+(server/topic_admin.py): the local topics file on the embedded broker; in cluster mode
+ZooKeeper's `/config/topics/<t>`, which every broker applies and describes alike.
+
 Group resources (type 32, KIP-848) list every group config (server/group_config.py)
 with source GROUP_CONFIG (8) when the group overrides it and DEFAULT_CONFIG otherwise,
 whether or not the group exists; altering one validates the group's whole new set
@@ -182,7 +186,8 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
         }
         try:
             if r.resource_type == TOPIC:
-                configs = describe_topic_configs(broker, r.resource_name)
+                overrides = await broker.topic_admin.topic_config(r.resource_name)
+                configs = describe_topic_configs(broker, r.resource_name, overrides)
             elif r.resource_type == BROKER:
                 if r.resource_name not in ("", str(broker.node_id)):
                     raise InvalidRequestError(
@@ -274,6 +279,22 @@ def _broker_list_base(broker: Broker) -> Callable[[str], str]:
     return base
 
 
+def _topic_change(
+    broker: Broker, ops: list[tuple[str, int, str | None]], incremental: bool
+) -> Callable[[dict[str, str]], dict[str, str]]:
+    """A topic's current overrides -> its new ones, validated (the TopicAdmin port may
+    call it again on a newer current set if another alter won a race)."""
+
+    def change(current: dict[str, str]) -> dict[str, str]:
+        base: dict[str, str | None] = dict(current) if incremental else {}
+        new = _apply_ops(base, ops, _topic_list_base(broker.log_defaults))
+        final = {k: v for k, v in new.items() if v is not None}
+        LogConfig.from_props(final, broker.log_defaults)  # unknown names, bad values
+        return final
+
+    return change
+
+
 def _alter_broker(broker: Broker, name: str, ops: Any, incremental: bool, dry: bool) -> None:
     """Dynamic broker configs: Kafka's alterable keys only, validated, then persisted."""
     if name not in ("", str(broker.node_id)):
@@ -337,17 +358,10 @@ async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: boo
             else:
                 ops = [(c.name, SET, c.value) for c in r.configs]
             if r.resource_type == TOPIC:
-                meta = broker.logs.topics.get(r.resource_name)
-                if meta is None:
-                    raise UnknownTopicOrPartitionError(f"topic {r.resource_name} does not exist")
-                base: dict[str, str | None] = dict(meta.configs) if incremental else {}
-                new = _apply_ops(base, ops, _topic_list_base(broker.log_defaults))
-                final = {k: v for k, v in new.items() if v is not None}
-                LogConfig.from_props(final, broker.log_defaults)
+                final = await broker.topic_admin.alter_topic_config(
+                    r.resource_name, _topic_change(broker, ops, incremental),
+                    validate_only=validate_only)
                 if not validate_only:
-                    changes: dict[str, str | None] = {k: None for k in meta.configs}
-                    changes.update(new)
-                    broker.logs.alter_topic_configs(r.resource_name, changes, incremental=True)
                     log.info("topic %s configs now %s", r.resource_name, final)
             elif r.resource_type == BROKER:
                 _alter_broker(broker, r.resource_name, ops, incremental, validate_only)

@@ -3,7 +3,9 @@
 ListOffsets special timestamps (Kafka's): -1 latest (the high watermark; the last
 stable offset for read_committed), -2 earliest, -3 max timestamp (KIP-734), -4
 earliest local (KIP-405), -5 earliest tiered: with no tiered storage, -4 and -5 equal
--2. Any other timestamp finds the first offset whose timestamp is >= it.
+-2. Any other timestamp finds the first offset whose timestamp is >= it. A follower
+broker asking (`replica_id` >= 0, as its fetcher does after OFFSET_OUT_OF_RANGE) sees
+the whole log: latest is the log end offset, as in Kafka.
 
 Each is answered by the partition's leader only (the replica manager refuses others
 with NOT_LEADER_OR_FOLLOWER, and checks `current_leader_epoch`: KIP-320). On the
@@ -37,6 +39,7 @@ def _leader(broker: Broker, topic: str, index: int, p: Any) -> Partition | Error
 
 async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     committed = int(view(req, "isolation_level", 0)) == 1
+    from_replica = int(view(req, "replica_id", -1)) >= 0
     topics = []
     for t in req.topics:
         parts = []
@@ -59,6 +62,8 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> 
             ts = int(p.timestamp)
             # read_committed sees only what lies below the last stable offset
             visible = lg.last_stable_offset if committed else lg.high_watermark
+            if from_replica:  # a follower replicates everything, not only what is committed
+                visible = lg.log_end_offset
             try:
                 if ts == LATEST:
                     out["offset"] = visible
