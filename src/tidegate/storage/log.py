@@ -640,6 +640,11 @@ class Log(TransactionalLog, ReplicaLog):
         with self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
+                # Nothing to cut from the data, but an epoch that starts at the end (a
+                # leadership in which nothing was written) goes, as Kafka's truncateTo
+                # does: a follower left with it would announce an epoch its leader
+                # never had and be told to truncate here again, forever.
+                self._epochs_cut(self._epochs.truncate_from_end(offset, flush=False))
                 return self.log_end_offset
             self._begin_truncation(offset)
             if offset < segs.bases[0]:

@@ -403,3 +403,20 @@ def test_a_follower_left_below_the_leaders_log_start_restarts_there(tmp_path: Pa
     assert leader.read(25, 1 << 20) == follower.read(25, 1 << 20)
     leader.close()
     follower.close()
+
+
+def test_an_epoch_led_without_writes_leaves_at_truncation_to_the_end(tmp_path: Path) -> None:
+    """A broker that led at epoch 1 without appending, then follows a leader that never
+    had epoch 1 (it went 0 -> 3): the leader's diverging epoch says "truncate to your
+    log end". Nothing is cut, but epoch 1 must leave the cache, or the follower keeps
+    announcing it and never fetches again (Kafka's truncateTo does the same)."""
+    lg = open_replica(tmp_path, "f")
+    lg.append(plain(3), leader_epoch=0)
+    assert lg.assign_leader_epoch(1)  # led at epoch 1, wrote nothing
+    assert lg.latest_epoch == 1
+    end = lg.log_end_offset
+    assert lg.truncate_to(end) == end
+    assert lg.latest_epoch == 0 and lg.log_end_offset == end
+    lg.close()
+    again = open_replica(tmp_path, "f")  # the cut reached the checkpoint file
+    assert again.latest_epoch == 0

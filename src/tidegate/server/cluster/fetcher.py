@@ -235,6 +235,9 @@ class ReplicaFetcher:
                             "truncating from %d to %d", part.topic, part.index,
                             self.leader_id, div.epoch, div.end_offset, lg.log_end_offset,
                             point.offset)
+            if point.offset <= lg.log_end_offset:
+                # at the log end too: an epoch this replica led without writing (and the
+                # leader never had) must leave its epoch cache, or every fetch diverges
                 await asyncio.get_running_loop().run_in_executor(
                     None, lg.truncate_to, point.offset)
             return
