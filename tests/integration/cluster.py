@@ -4,15 +4,16 @@ Each broker is `tidegate serve` (the `BrokerProcess` of conftest.py) with its ow
 `broker.id`, port and data directory, `zookeeper.connect` pointing at the test's
 ZooKeeper under a chroot, and a short ZooKeeper session so that a killed broker's
 leadership moves within seconds. Faults are real: `kill()` is SIGKILL, `pause()` is
-SIGSTOP.
+SIGSTOP. `diverging_replicas` compares the brokers' copies of partitions byte for byte.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,33 @@ class Cluster:
 
     def logs(self) -> str:
         return "\n".join(f"--- broker {bid}\n{b.logs()}" for bid, b in self.brokers.items())
+
+
+def log_digest(directory: Path) -> str:
+    """sha256 of a partition directory's .log segments, in offset order."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".log"):
+            h.update((directory / name).read_bytes())
+    return h.hexdigest()
+
+
+def diverging_replicas(c: Cluster, topics: Iterable[str]) -> list[str]:
+    """The partitions of `topics` (`<topic>-<n>`) whose .log files differ between the
+    brokers, or that some broker lacks (every broker is meant to hold a replica: RF =
+    cluster size). Racy while writes go on: callers retry until the cluster is quiet."""
+    wanted = set(topics)
+    held: dict[int, set[str]] = {}
+    for bid in c.brokers:
+        root = c.base / f"broker-{bid}"
+        held[bid] = {d.name for d in root.iterdir()
+                     if d.is_dir() and d.name.rpartition("-")[0] in wanted}
+    names = set().union(*held.values())
+    bad = sorted(n for n in names if any(n not in h for h in held.values()))
+    for n in sorted(names - set(bad)):
+        if len({log_digest(c.base / f"broker-{bid}" / n) for bid in c.brokers}) != 1:
+            bad.append(n)
+    return bad
 
 
 def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0,

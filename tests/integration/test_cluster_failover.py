@@ -14,7 +14,6 @@ partition led elsewhere, as the metadata of a survivor shows) is printed.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from tests.integration.cluster import Cluster, wait_for
+from tests.integration.cluster import Cluster, log_digest, wait_for
 
 TOPIC = "replicated"
 PARTITIONS = 3
@@ -34,14 +33,6 @@ def _leaders(c: Cluster, via: int, topic: str = TOPIC) -> dict[int, int]:
                          "allow.auto.create.topics": False})
     md = admin.list_topics(topic, timeout=10)
     return {p.id: p.leader for p in md.topics[topic].partitions.values()}
-
-
-def _digest(directory: Path) -> str:
-    h = hashlib.sha256()
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".log"):
-            h.update((directory / name).read_bytes())
-    return h.hexdigest()
 
 
 def test_acks_all_survives_leader_kills(tmp_path: Path) -> None:
@@ -126,7 +117,7 @@ def test_acks_all_survives_leader_kills(tmp_path: Path) -> None:
         assert set(seen) == acked, f"lost: {len(acked - set(seen))}"
 
         def identical() -> bool:
-            return all(len({_digest(c.base / f"broker-{b}" / f"{TOPIC}-{p}")
+            return all(len({log_digest(c.base / f"broker-{b}" / f"{TOPIC}-{p}")
                             for b in (1, 2, 3)}) == 1 for p in range(PARTITIONS))
 
         wait_for("byte-identical replicas", identical, timeout=30)

@@ -10,6 +10,11 @@ broker a few times and restarts it on the same data directory and port. At the e
 read_committed read of the output holds every input value exactly once, and the
 group's committed offsets equal the input's end offsets.
 
+The broker is a `Target`: one `BrokerProcess` here (`BrokerTarget`), a 3-broker
+cluster in tests/integration/test_cluster_eos.py (`cluster_txn_util.ClusterTarget`,
+which injects its own faults and checks open transactions and replica divergence at
+the end); tests/integration/test_txn_history.py runs its workload on the same targets.
+
 `make test` runs N=20,000 with >= 10 processor kills and 2 broker kills; `make soak`
 (TIDEGATE_SOAK=1) runs N=100,000 with more of both.
 """
@@ -23,8 +28,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -41,6 +48,88 @@ def create_topics(bootstrap: str, *topics: str, partitions: int = PARTITIONS) ->
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for f in admin.create_topics([NewTopic(t, partitions, 1) for t in topics]).values():
         f.result(30)
+
+
+class Target(Protocol):
+    """Where a workload runs, and the faults it suffers: one broker (`BrokerTarget`) or a
+    cluster (tests/integration/cluster_txn_util.py)."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def create_topics(self, *topics: str, partitions: int = PARTITIONS) -> None: ...
+
+    def fault(self, rng: random.Random, note: Callable[[str], object]) -> str:
+        """Injects one fault and returns when it is over (the broker back, or resumed);
+        `note` is told what is done before it is done. Returns the fault's kind."""
+        ...
+
+    def heal(self) -> None:
+        """Every broker up and running again (after a test's fault phase)."""
+        ...
+
+    def check_after(self) -> str:
+        """Checks the target's own invariants once the workload is done (before stop);
+        returns what it found, for the test's summary."""
+        ...
+
+    def error_lines(self) -> list[str]: ...
+
+
+@dataclass
+class BrokerTarget:
+    """One broker process: kill -9 and restart on the same data directory and port, or
+    (with `pauses`) SIGSTOP for a while: a quarter of the pauses outlast the workloads'
+    transaction.timeout.ms, so the coordinator aborts transactions about to commit."""
+
+    broker: BrokerProcess
+    pauses: bool = True
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def start(self) -> None:
+        self.broker.start()
+
+    def stop(self) -> None:
+        self.broker.stop()
+
+    def create_topics(self, *topics: str, partitions: int = PARTITIONS) -> None:
+        create_topics(self.broker.bootstrap, *topics, partitions=partitions)
+
+    def fault(self, rng: random.Random, note: Callable[[str], object]) -> str:
+        if not self.pauses or rng.random() < 0.5:
+            note("kill")
+            self.broker.kill()
+            time.sleep(rng.uniform(0.2, 1.5))
+            self.broker.start()
+            return "kill"
+        assert self.broker.proc is not None
+        pid = self.broker.proc.pid
+        note("pause")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            long = rng.random() < 0.25
+            time.sleep(rng.uniform(6.5, 8.0) if long else rng.uniform(1.0, 4.0))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return "pause"
+
+    def heal(self) -> None:
+        if self.broker.proc is None or self.broker.proc.poll() is not None:
+            self.broker.start()
+
+    def check_after(self) -> str:
+        return ""
+
+    def error_lines(self) -> list[str]:
+        return [line for line in self.broker.log_lines
+                if " ERROR " in line or "Traceback" in line]
 
 
 def end_offsets(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> list[int]:
@@ -108,7 +197,7 @@ def produce_input(bootstrap: str, topic: str, n: int) -> list[bytes]:
 
 @dataclass
 class Pipeline:
-    broker: BrokerProcess
+    broker: Target
     workdir: Path
     group: str = "eos-group"
     batch_range: tuple[int, int] = (50, 800)
@@ -190,15 +279,20 @@ class Pipeline:
 
 
 def run_pipeline(tmp_path: Path, n: int, processor_kills: int, broker_kills: int,
-                 budget: float, seed: int, pipeline: type[Pipeline] | None = None) -> None:
-    """`pipeline`: a `Pipeline` subclass whose `spawn()` starts another processor."""
+                 budget: float, seed: int, pipeline: type[Pipeline] | None = None,
+                 target: Target | None = None) -> None:
+    """`pipeline`: a `Pipeline` subclass whose `spawn()` starts another processor;
+    `target`: where it runs (default: one broker), `broker_kills` its faults."""
     started = time.monotonic()
     rng = random.Random(seed)
-    broker = BrokerProcess(tmp_path / "data", overrides=TXN_OVERRIDES)
+    broker = target or BrokerTarget(BrokerProcess(tmp_path / "data", overrides=TXN_OVERRIDES),
+                                    pauses=False)
     broker.start()
     pipe = (pipeline or Pipeline)(broker, tmp_path, rng=rng)
+    faults: Counter[str] = Counter()
+    after = ""
     try:
-        create_topics(broker.bootstrap, "in", "out")
+        broker.create_topics("in", "out")
         values = produce_input(broker.bootstrap, "in", n)
         ends = end_offsets(broker.bootstrap, "in")
         assert sum(ends) == n, ends
@@ -212,11 +306,10 @@ def run_pipeline(tmp_path: Path, n: int, processor_kills: int, broker_kills: int
             pipe.wait_ready(30)
             time.sleep(rng.uniform(0.5, 2.0))
             if i in broker_after:
-                broker.kill()
-                time.sleep(rng.uniform(0.2, 1.0))
-                broker.start()
+                faults[broker.fault(rng, print)] += 1
                 time.sleep(rng.uniform(0.5, 2.0))
             pipe.kill()
+        broker.heal()
         killed_at = time.monotonic()
         # let the last incarnation finish the input
         committed: list[int] = []
@@ -231,6 +324,10 @@ def run_pipeline(tmp_path: Path, n: int, processor_kills: int, broker_kills: int
         finished_at = time.monotonic()
         out = read_committed_all(broker.bootstrap, "out")
         everything = sum(end_offsets(broker.bootstrap, "out"))
+        try:
+            after = broker.check_after()
+        except AssertionError as e:  # reported below, after the pipeline's summary
+            after = f"FAILED: {e}"
     finally:
         pipe.stop(5)
         broker.stop()
@@ -243,12 +340,13 @@ def run_pipeline(tmp_path: Path, n: int, processor_kills: int, broker_kills: int
         f"N={n} seed={seed}: lost {sum(lost.values())} (e.g. {sorted(lost)[:5]}), duplicated "
         f"{sum(duplicated.values())} (e.g. {sorted(duplicated)[:5]}), misplaced {len(misplaced)}; "
         f"processor SIGKILLs {pipe.kills}, self-exits {dict(pipe.exits)}, last exit {rc}, "
-        f"broker SIGKILLs {broker_kills}, committed txns {pipe.commits()}, output log "
+        f"broker faults {dict(faults)} {after}, committed txns {pipe.commits()}, output log "
         f"{everything} records (incl. aborted + markers) for {len(out)} committed; "
         f"input {produced_at - started:.1f}s, kill phase {killed_at - produced_at:.1f}s, "
         f"drain {finished_at - killed_at:.1f}s, total {time.monotonic() - started:.1f}s")
     print(summary)
     assert not lost and not duplicated and not misplaced, summary
+    assert not after.startswith("FAILED"), summary
     assert committed == ends, f"group offsets {committed} != input end offsets {ends}; {summary}"
     assert pipe.kills >= processor_kills * 0.8, summary
     assert pipe.exits[3] == 0, f"processor hit unexpected errors: {summary}\n" + "\n".join(

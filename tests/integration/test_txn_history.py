@@ -12,6 +12,10 @@ read and `history.check` looks for lost writes, duplicates, aborted reads, torn
 transactions of unknown outcome, inconsistent offsets, non-monotonic and skipping
 polls.
 
+The broker is a `Target` of tests/integration/test_eos_pipeline.py: one broker here;
+tests/integration/test_cluster_eos.py runs the same workload on a 3-broker cluster
+whose nemesis kills, pauses and partitions brokers.
+
 `make test`: ~45 s. `make soak` (TIDEGATE_SOAK=1): 10+ minutes.
 """
 
@@ -19,17 +23,23 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import threading
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as TP
 from tests.integration.conftest import BrokerProcess
 from tests.integration.history import History, OpType, Read, Report, Send, Write, check
-from tests.integration.test_eos_pipeline import TXN_OVERRIDES, create_topics, read_committed_all
+from tests.integration.test_eos_pipeline import (
+    TXN_OVERRIDES,
+    BrokerTarget,
+    Target,
+    read_committed_all,
+)
 
 TOPIC = "queue"
 PARTITIONS = 3
@@ -37,10 +47,15 @@ TXN_TIMEOUT_MS = 6000
 ABORT_FRACTION = 0.2
 
 
+class Endpoint(Protocol):
+    @property
+    def bootstrap(self) -> str: ...
+
+
 class Worker(threading.Thread):
     txn_timeout_ms = TXN_TIMEOUT_MS  # transaction.timeout.ms of its producers
 
-    def __init__(self, idx: int, broker: BrokerProcess, history: History, stop_at: float,
+    def __init__(self, idx: int, broker: Endpoint, history: History, stop_at: float,
                  seed: int, isolation: str = "read_committed") -> None:
         super().__init__(name=f"worker-{idx}", daemon=True)
         self.idx = idx
@@ -196,15 +211,14 @@ class Worker(threading.Thread):
 
 
 class Nemesis(threading.Thread):
-    """SIGKILL + restart, or SIGSTOP ... SIGCONT of the broker, every 2-5 s. A quarter of
-    the pauses outlast transaction.timeout.ms, so the coordinator aborts transactions
-    whose producers are about to commit them."""
+    """Every 2-5 s one fault of the target (`Target.fault`: for one broker, SIGKILL +
+    restart or SIGSTOP ... SIGCONT), recorded in the history."""
 
-    def __init__(self, broker: BrokerProcess, history: History, stop_at: float, seed: int):
+    def __init__(self, target: Target, history: History, stop_at: float, seed: int):
         super().__init__(name="nemesis", daemon=True)
-        self.broker, self.history, self.stop_at = broker, history, stop_at
+        self.target, self.history, self.stop_at = target, history, stop_at
         self.rng = random.Random(seed)
-        self.kills = self.pauses = 0
+        self.faults: Counter[str] = Counter()
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -213,36 +227,22 @@ class Nemesis(threading.Thread):
                 time.sleep(self.rng.uniform(2.0, 5.0))
                 if time.monotonic() > self.stop_at:
                     return
-                if self.rng.random() < 0.5:
-                    self.history.add("nemesis", "info", "kill")
-                    self.broker.kill()
-                    self.kills += 1
-                    time.sleep(self.rng.uniform(0.2, 1.5))
-                    self.broker.start()
-                else:
-                    assert self.broker.proc is not None
-                    pid = self.broker.proc.pid
-                    self.history.add("nemesis", "info", "pause")
-                    os.kill(pid, signal.SIGSTOP)
-                    self.pauses += 1
-                    try:
-                        long = self.rng.random() < 0.25
-                        time.sleep(self.rng.uniform(6.5, 8.0) if long else
-                                   self.rng.uniform(1.0, 4.0))
-                    finally:
-                        os.kill(pid, signal.SIGCONT)
+                self.faults[self.target.fault(
+                    self.rng, lambda what: self.history.add("nemesis", "info", what))] += 1
         except BaseException as e:
             self.error = e
 
 
 def run_workload(tmp_path: Path, duration: float, workers: int, seed: int,
-                 nemesis_on: bool = True, isolation: str = "read_committed") -> Report:
+                 nemesis_on: bool = True, isolation: str = "read_committed",
+                 target: Target | None = None) -> Report:
     started = time.monotonic()
-    broker = BrokerProcess(tmp_path / "data", overrides=TXN_OVERRIDES)
+    broker = target or BrokerTarget(BrokerProcess(tmp_path / "data", overrides=TXN_OVERRIDES))
     broker.start()
     history = History()
+    after = ""
     try:
-        create_topics(broker.bootstrap, TOPIC, partitions=PARTITIONS)
+        broker.create_topics(TOPIC, partitions=PARTITIONS)
         stop_at = time.monotonic() + duration
         # faults from 3 s in until 8 s before the workers stop, so the end is healthy
         nemesis = Nemesis(broker, history, stop_at - 8, seed)
@@ -259,19 +259,22 @@ def run_workload(tmp_path: Path, duration: float, workers: int, seed: int,
         assert not any(t.is_alive() for t in threads) and not nemesis.is_alive(), \
             "a thread did not stop"
         assert nemesis.error is None, repr(nemesis.error)
-        if broker.proc is None or broker.proc.poll() is not None:
-            broker.start()
+        broker.heal()
         final = read_committed_all(broker.bootstrap, TOPIC, timeout=60)
         history.add("final", "ok", "final-read",
                     [Read(p, o, v.decode()) for p, o, v in final])
+        if isolation == "read_committed":
+            try:
+                after = broker.check_after()
+            except AssertionError as e:  # reported below, after the history's summary
+                after = f"FAILED: {e}"
     finally:
         broker.stop()
     report = check(history.ops)
     crashed = [e for t in threads for e in t.errors if e.startswith("worker crashed")]
-    broker_errors = [line for line in broker.log_lines
-                     if " ERROR " in line or "Traceback" in line]
-    summary = (f"seed={seed} {report.summary()}\nnemesis: {nemesis.kills} kills, "
-               f"{nemesis.pauses} pauses; producers made "
+    broker_errors = broker.error_lines()
+    summary = (f"seed={seed} {report.summary()}\nnemesis: {dict(nemesis.faults)} {after}; "
+               f"producers made "
                f"{sum(t.producers_made for t in threads)}; client errors "
                f"{sum(len(t.errors) for t in threads)} (e.g. "
                f"{[e for t in threads for e in t.errors][:3]}); broker ERROR lines "
@@ -282,9 +285,10 @@ def run_workload(tmp_path: Path, duration: float, workers: int, seed: int,
     if isolation != "read_committed":
         return report
     assert report.valid, summary
+    assert not after.startswith("FAILED"), summary
     # the run must have exercised what it checks
     assert report.stats["ok"] >= 20 and report.stats["fail"] >= 3, summary
-    assert report.stats["polled"] > 0 and nemesis.kills + nemesis.pauses >= 3, summary
+    assert report.stats["polled"] > 0 and sum(nemesis.faults.values()) >= 3, summary
     return report
 
 

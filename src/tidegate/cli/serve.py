@@ -47,7 +47,12 @@ def run(args: argparse.Namespace) -> int:
     except KafkaError as e:
         print(f"tidegate serve: configuration error: {e}", file=sys.stderr)
         return 2
+    from tidegate.storage.config import BROKER_SYNONYMS
+
+    topic_defaults = {name for synonyms in BROKER_SYNONYMS.values() for name, _ in synonyms}
     for key in config.unknown_keys():
+        if key in topic_defaults:  # a broker-level default of a topic config (Kafka's name)
+            continue
         logging.getLogger("tidegate.server").warning(
             "config %s is not a broker setting Tidegate knows; it is kept as a topic default "
             "if it is one",

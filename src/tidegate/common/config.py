@@ -217,6 +217,12 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     ),
     "replica.fetch.min.bytes": ("1", "int", "Bytes a follower's fetch waits for."),
     "replica.fetch.backoff.ms": ("1000", "int", "Pause after a failed follower fetch."),
+    "request.timeout.ms": (
+        "30000",
+        "int",
+        "How long a broker waits for another broker's answer (transaction markers, KIP-890 "
+        "verification), and WriteTxnMarkers for the in-sync replicas.",
+    ),
     "replica.high.watermark.checkpoint.interval.ms": (
         "5000",
         "int",

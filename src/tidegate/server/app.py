@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from tidegate.common.config import BrokerConfig
@@ -62,6 +62,7 @@ class BrokerApp:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.bound: list[tuple[str, int]] = []
+        self._closers: list[Callable[[], Awaitable[None]]] = []  # stopped after listener
 
     async def start(self) -> list[tuple[str, int]]:
         loop = asyncio.get_running_loop()
@@ -69,13 +70,15 @@ class BrokerApp:
             await self._prepare_cluster()
         await loop.run_in_executor(None, self.broker.load)
         if self.cluster is not None:
-            # The group coordinator's shards follow the leadership of __consumer_offsets'
-            # partitions. The transaction coordinator does not run in cluster mode yet
-            # (markers and verification across brokers: FindCoordinator says so).
-            gc = self.broker.group_coordinator
+            # The coordinators' shards follow the leadership of the partitions of
+            # __consumer_offsets and __transaction_state (loaded where they lead).
+            gc, tc = self.broker.group_coordinator, self.broker.txn_coordinator
             self.cluster.coordinator_shells[gc.runtime.topic] = gc.shell.on_leadership
+            self.cluster.coordinator_shells[tc.runtime.topic] = tc.shell.on_leadership
             await gc.start()
+            await tc.start()
             await self.cluster.start(self.broker.replicas)
+            self._wire_cluster_transactions()
             self.bound = await self.listener.start()
             self._start_chores()
             return self.bound
@@ -112,6 +115,23 @@ class BrokerApp:
                                     asyncio.get_running_loop())
         self.broker.producer_ids = ProducerIdManager(
             self.config.log_dir / "unused-in-cluster-mode", reserve=blocks)
+
+    def _wire_cluster_transactions(self) -> None:
+        """Cluster mode: markers for partitions led by other brokers travel as
+        WriteTxnMarkers (the marker channel), and KIP-890 verification of an id
+        coordinated elsewhere as AddPartitionsToTxn to its coordinator; both over
+        inter-broker connections to the brokers' replication endpoints."""
+        from tidegate.server.cluster.marker_channel import MarkerChannel
+        from tidegate.server.cluster.txn_verify import RemoteTxnVerifier
+
+        assert self.cluster is not None and self.cluster.fetchers is not None
+        endpoint = self.cluster.fetchers.endpoint
+        node = self.config.node_id
+        channel = MarkerChannel(self.broker, endpoint, f"broker-{node}-markers")
+        verifier = RemoteTxnVerifier(self.broker, endpoint, f"broker-{node}-verifier")
+        self.broker.txn_coordinator.finisher.write = channel.write
+        self.broker.txn_coordinator.remote = verifier
+        self._closers += [channel.stop, verifier.stop]
 
     def _fatal(self, exc: BaseException) -> None:
         log.error("stopping: %s", exc)
@@ -194,6 +214,9 @@ class BrokerApp:
         if self.cluster is not None:  # leaderships moved away while clients can still ask
             await self.cluster.controlled_shutdown()
         await self.listener.stop()
+        for close in self._closers:
+            with contextlib.suppress(Exception):
+                await close()
         if self.cluster is not None:
             await self.cluster.stop()
         await self.broker.txn_coordinator.stop()

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
-from tidegate.common.errors import KafkaError
+from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.coordinator.runtime import (
     PARKED,
     CoordinatorNotAvailableError,
@@ -90,6 +90,7 @@ class CoordinatorShell(Generic[S]):
         self.on_durable: Callable[[int, int], None] | None = None
         self._reloads = Reloads(broker.logs.space, self._reload_now, self._loading)
         self._load_errors: set[int] = set()  # partitions whose load failure was logged
+        self._said_cannot_create = False
         self.started = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -149,6 +150,29 @@ class CoordinatorShell(Generic[S]):
                  partition, leader_epoch)
         self._spawn_load([partition])
 
+    async def ensure_topic(self, factor: int, factor_key: str) -> bool:
+        """Cluster mode: create the internal topic through the broker's topic admin if it
+        is missing, with `factor` replicas (Kafka creates it on the first FindCoordinator);
+        keep the runtime's partition count equal to the topic's. False while it does not
+        exist yet (being created; or fewer live brokers than `factor`: logged once, naming
+        `factor_key`)."""
+        view = self.broker.metadata.topic(self.topic)
+        if view is not None:
+            self.runtime.num_partitions = len(view.partitions)  # fixed once created
+            return True
+        try:
+            await self.broker.topic_admin.create_topic(
+                self.topic, self.runtime.num_partitions, factor, None, self.topic_configs,
+                validate_only=False)
+            log.info("created %s (%d partitions, replication factor %d)", self.topic,
+                     self.runtime.num_partitions, factor)
+        except KafkaError as e:
+            if e.code != ErrorCode.topic_already_exists and not self._said_cannot_create:
+                self._said_cannot_create = True  # being created: shown in a moment
+                log.warning("cannot create %s yet: %s (set %s to at most the number of "
+                            "brokers, or start more brokers)", self.topic, e, factor_key)
+        return False
+
     def _still_leading(self, partition: int, epoch: int | None) -> bool:
         """Cluster: the load began under `epoch` and the partition is still led under it
         (a load that outlived its leadership must not publish)."""
@@ -180,6 +204,8 @@ class CoordinatorShell(Generic[S]):
             if lg is None:
                 continue
             epoch = self.runtime.leader_epochs.get(p)
+            if self.broker.replicas.cluster and epoch is None:
+                continue  # not led here (any more): e.g. a reload scheduled before a move
             self.runtime.begin_load(p, lg)
             t0 = time.monotonic()
             try:
@@ -196,7 +222,13 @@ class CoordinatorShell(Generic[S]):
                 continue
             self._load_errors.discard(p)
             if not self._still_leading(p, epoch):
-                continue  # leadership moved while loading: the new leader loads it
+                # leadership moved while loading: the new leader loads it. If it left
+                # this broker, the partition must not stay LOADING here: clients retry
+                # COORDINATOR_LOAD_IN_PROGRESS on the same broker, NOT_COORDINATOR sends
+                # them to the new one.
+                if p not in self.runtime.leader_epochs:
+                    self.runtime.unload(p)
+                continue
             self.runtime.publish(p, lg, shard)
             self._durable.pop(p, None)
             self._after_load(p, lg, stats.end_offset)

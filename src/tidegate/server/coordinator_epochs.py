@@ -13,20 +13,37 @@ and works on a full disk), and `persist` records it — with every other epoch h
 so far, in one write — before the marker writer uses it (`persisted` tells whether it
 must). A restart reads the file and continues above it.
 
-The file is `<log.dirs>/tidegate-txn-coordinator-epochs`, JSON, replaced atomically. (The
-cluster mode will use the partition's leader epoch instead.)
+The file is `<log.dirs>/tidegate-txn-coordinator-epochs`, JSON, replaced atomically.
+
+In cluster mode the coordinator epoch is the leader epoch of the `__transaction_state`
+partition (`LeaderCoordinatorEpochs`, as in Kafka): the controller makes every new leader
+epoch larger and durable in ZooKeeper before a broker leads with it, so nothing needs
+persisting here and a coordinator that lost leadership is fenced by its successor's
+markers on every broker.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.storage.files import atomic_write
 
 EPOCHS_FILE = "tidegate-txn-coordinator-epochs"
+
+
+class EpochSource(Protocol):
+    """Where a load's coordinator epoch comes from, and how it is made durable."""
+
+    def next(self, partition: int) -> int: ...
+
+    def persisted(self, partition: int, epoch: int) -> bool: ...
+
+    def persist(self, partition: int, epoch: int) -> None: ...
 
 
 class CoordinatorEpochs:
@@ -70,3 +87,21 @@ class CoordinatorEpochs:
             atomic_write(self.path, json.dumps(
                 {str(k): v for k, v in sorted(data.items())}).encode())
             self._persisted = data
+
+
+class LeaderCoordinatorEpochs:
+    """Cluster mode: a partition's coordinator epoch is the leader epoch this broker leads
+    it at (`leaders`: partition -> leader epoch, kept by the coordinator runtime from the
+    leadership changes). Already durable (ZooKeeper), so `persist` does nothing."""
+
+    def __init__(self, leaders: Mapping[int, int]) -> None:
+        self._leaders = leaders
+
+    def next(self, partition: int) -> int:
+        return max(self._leaders.get(partition, 0), 0)
+
+    def persisted(self, partition: int, epoch: int) -> bool:
+        return True
+
+    def persist(self, partition: int, epoch: int) -> None:
+        return None

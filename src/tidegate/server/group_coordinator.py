@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import CONSUMER_OFFSETS
@@ -101,8 +101,7 @@ class GroupCoordinator:
         (Kafka does it on the first FindCoordinator), with offsets.topic.num.partitions
         and offsets.topic.replication.factor. False while it cannot exist yet (fewer live
         brokers than the replication factor: logged once, with what to do)."""
-        return await ensure_internal_topic(
-            self.broker, self.runtime, self.shell.topic_configs,
+        return await self.shell.ensure_topic(
             self.broker.config.get_int("offsets.topic.replication.factor", 3) or 3,
             "offsets.topic.replication.factor")
 
@@ -271,31 +270,3 @@ class GroupCoordinator:
                     found[gid] = e.code
         return [(g, found[g]) for g in group_ids]
 
-
-_said_internal: set[str] = set()
-
-
-async def ensure_internal_topic(broker: Broker, runtime: CoordinatorRuntime[Any],
-                                configs: dict[str, str], factor: int, factor_key: str) -> bool:
-    """Create an internal topic through the broker's topic admin if missing (see
-    `GroupCoordinator.ensure_topic`); keep the runtime's partition count equal to the
-    topic's."""
-    topic = runtime.topic
-    view = broker.metadata.topic(topic)
-    if view is None:
-        try:
-            await broker.topic_admin.create_topic(
-                topic, runtime.num_partitions, factor, None, configs, validate_only=False)
-            log.info("created %s (%d partitions, replication factor %d)", topic,
-                     runtime.num_partitions, factor)
-        except KafkaError as e:
-            if e.code == ErrorCode.topic_already_exists:
-                return False  # being created: the metadata shows it in a moment
-            if topic not in _said_internal:
-                _said_internal.add(topic)
-                log.warning("cannot create %s yet: %s (set %s to at most the number of "
-                            "brokers, or start more brokers)", topic, e, factor_key)
-            return False
-        return False
-    runtime.num_partitions = len(view.partitions)  # fixed once created, as in Kafka
-    return True

@@ -18,6 +18,17 @@ answer COORDINATOR_NOT_AVAILABLE until space returns, timeouts are retried each 
 Requests that find an id's previous transaction still being finished wait for it
 (`_patiently`) instead of sending the client into backoff. A periodic check
 (server/hanging.py) logs hanging transactions.
+
+Cluster mode (docs/cluster.md): a partition's shard runs on the leader of that
+`__transaction_state` partition, loaded and unloaded with its leadership
+(`CoordinatorShell.on_leadership`, wired by BrokerApp), and its coordinator epoch is the
+partition's leader epoch (`LeaderCoordinatorEpochs`). The topic is created on the first
+FindCoordinator (`ensure_topic`) with `transaction.state.log.replication.factor` and
+`min.insync.replicas` = `transaction.state.log.min.isr`. Markers for partitions led
+elsewhere go through the finisher's `write` (the marker channel), and KIP-890
+verification of an id coordinated elsewhere through `remote` (AddPartitionsToTxn to the
+coordinator's broker). The hanging check is off: a partition's producers may be
+coordinated by any broker, so no one broker sees both sides.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import CONSUMER_OFFSETS, TRANSACTION_STATE
@@ -47,7 +58,12 @@ from tidegate.coordinator.txn.messages import (
 from tidegate.coordinator.txn.shard import TxnShard
 from tidegate.coordinator.txn.states import TxnState
 from tidegate.server.coordinator import CoordinatorShell
-from tidegate.server.coordinator_epochs import EPOCHS_FILE, CoordinatorEpochs
+from tidegate.server.coordinator_epochs import (
+    EPOCHS_FILE,
+    CoordinatorEpochs,
+    EpochSource,
+    LeaderCoordinatorEpochs,
+)
 from tidegate.server.hanging import HangingCheck, HangingTxn, coordinator_view
 from tidegate.server.txn_finisher import TxnFinisher
 
@@ -65,13 +81,20 @@ _OPEN_STATES = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PR
 _CONCURRENT_WAIT_S = 2.0
 
 
+class RemoteVerifier(Protocol):
+    """KIP-890 verification by the coordinator on another broker (cluster mode)."""
+
+    async def verify(self, transactional_id: str, producer_id: int, epoch: int,
+                     tp: TopicPartition, *, add: bool) -> ErrorCode: ...
+
+
 class TransactionCoordinator:
     def __init__(self, broker: Broker) -> None:
         cfg = broker.config
         self.broker = broker
         self.config = TxnConfig.from_broker(cfg.get_int, cfg.get_bool)
         partitions = cfg.get_int("transaction.state.log.num.partitions", 50) or 50
-        self.epochs = CoordinatorEpochs(cfg.log_dir / EPOCHS_FILE)
+        self.cluster = broker.replicas.cluster
         self.runtime: CoordinatorRuntime[TxnShard] = CoordinatorRuntime(
             TRANSACTION_STATE,
             partitions,
@@ -81,12 +104,21 @@ class TransactionCoordinator:
             or 5242880,
             pure_ops=True,
         )
+        self.epochs: EpochSource = (
+            LeaderCoordinatorEpochs(self.runtime.leader_epochs) if self.cluster
+            else CoordinatorEpochs(cfg.log_dir / EPOCHS_FILE))
         segment = cfg.get_int("transaction.state.log.segment.bytes", 104857600) or 104857600
-        self.shell = CoordinatorShell(broker, self.runtime, {
+        topic_configs = {
             "cleanup.policy": "compact",
             "segment.bytes": str(segment),
             "compression.type": "producer",
-        })
+        }
+        if self.cluster:  # one node has one replica: the setting would refuse every write
+            topic_configs["min.insync.replicas"] = str(
+                cfg.get_int("transaction.state.log.min.isr", 2) or 2)
+        self.shell = CoordinatorShell(broker, self.runtime, topic_configs)
+        # cluster mode: verification of ids coordinated by another broker (BrokerApp)
+        self.remote: RemoteVerifier | None = None
         # tests only: after-prepare-durable | between-markers | before-complete
         self.finisher = TxnFinisher(broker, self.runtime, self.shell, self.epochs,
                                     cfg.get("tidegate.test.fault.point") or "")
@@ -101,6 +133,19 @@ class TransactionCoordinator:
     def partition_for(self, transactional_id: str) -> int:
         return self.runtime.partition_for(transactional_id)
 
+    def leads(self, partition: int) -> bool:
+        """This broker coordinates `partition` (always on one node; in a cluster while it
+        leads that partition of `__transaction_state`)."""
+        return not self.cluster or partition in self.runtime.leader_epochs
+
+    async def ensure_topic(self) -> bool:
+        """Cluster mode: create `__transaction_state` if missing (the first
+        FindCoordinator for a transactional id), as Kafka does; False while it cannot
+        exist yet (see `GroupCoordinator.ensure_topic`)."""
+        return await self.shell.ensure_topic(
+            self.broker.config.get_int("transaction.state.log.replication.factor", 3) or 3,
+            "transaction.state.log.replication.factor")
+
     def _offsets_partition(self, group_id: str) -> int:
         return partition_for(group_id, self.broker.group_coordinator.runtime.num_partitions)
 
@@ -108,7 +153,8 @@ class TransactionCoordinator:
 
     async def start(self) -> None:
         await self.shell.start()
-        self._spawn(self._check_hanging_forever())
+        if not self.cluster:
+            self._spawn(self._check_hanging_forever())
 
     async def stop(self) -> None:
         jobs = list(self._jobs)
@@ -221,7 +267,10 @@ class TransactionCoordinator:
     async def verify_partition(self, transactional_id: str, producer_id: int, epoch: int,
                                tp: TopicPartition, *, add: bool = False) -> ErrorCode:
         """Whether `tp` is in the producer's ongoing transaction (KIP-890); with `add`
-        (transaction version 2) it is added instead."""
+        (transaction version 2) it is added instead. In a cluster an id coordinated by
+        another broker is asked there."""
+        if self.remote is not None and not self.leads(self.partition_for(transactional_id)):
+            return await self.remote.verify(transactional_id, producer_id, epoch, tp, add=add)
         if not add:
             quick = self._verify_now(transactional_id, producer_id, epoch, tp)
             if quick is not None:
@@ -242,6 +291,8 @@ class TransactionCoordinator:
         lg = self.broker.get_log(TRANSACTION_STATE, p)
         if lg is None or lg.recovery_point < lg.log_end_offset:
             return None
+        if self.cluster and lg.high_watermark < lg.log_end_offset:
+            return None  # not yet in every in-sync replica: a new leader might lose it
         try:
             shard = self.runtime.shard(p)
         except KafkaError:
@@ -292,7 +343,11 @@ class TransactionCoordinator:
             return ErrorCode.coordinator_not_available, []
         code = ErrorCode.none
         out: list[ListedTxn] = []
-        for p in range(self.runtime.num_partitions):
+        # a cluster's brokers each answer for the partitions they lead (Kafka: the admin
+        # client asks every broker)
+        led = sorted(self.runtime.leader_epochs) if self.cluster \
+            else range(self.runtime.num_partitions)
+        for p in led:
             try:
                 resp = await self.shell.run(p, lambda s, now, _t: admin.list_transactions(
                     s, states, producer_ids, min_duration_ms, now))

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING
 
 from tidegate.common.errors import ErrorCode, KafkaError
@@ -39,7 +39,7 @@ from tidegate.coordinator.txn import ops
 from tidegate.coordinator.txn.messages import MarkerJob
 from tidegate.coordinator.txn.shard import TxnShard
 from tidegate.server.coordinator import CoordinatorShell
-from tidegate.server.coordinator_epochs import CoordinatorEpochs
+from tidegate.server.coordinator_epochs import EpochSource
 from tidegate.server.markers import Marker, write_markers
 from tidegate.storage.disk_space import disk_full_error
 
@@ -49,11 +49,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 1.0
+TopicPartition = tuple[str, int]
+MarkerWriter = Callable[[Marker, Iterable[TopicPartition]],
+                        Awaitable[dict[TopicPartition, ErrorCode]]]
 
 
 class TxnFinisher:
     def __init__(self, broker: Broker, runtime: CoordinatorRuntime[TxnShard],
-                 shell: CoordinatorShell[TxnShard], epochs: CoordinatorEpochs,
+                 shell: CoordinatorShell[TxnShard], epochs: EpochSource,
                  fault_point: str = "") -> None:
         self.broker = broker
         self.runtime = runtime
@@ -62,6 +65,10 @@ class TxnFinisher:
         self._fault_point = fault_point
         self._jobs: set[asyncio.Task[None]] = set()
         self._completions: dict[str, asyncio.Future[None]] = {}
+        # how markers reach their partitions: this node's logs; in cluster mode the
+        # marker channel (server/cluster/marker_channel.py) sends the others' to their
+        # leaders
+        self.write: MarkerWriter = lambda marker, tps: write_markers(broker, marker, tps)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -89,33 +96,35 @@ class TxnFinisher:
         except KafkaError:
             return
         for job in shard.pending_markers(durable_offset):
-            self._spawn(self._finish(partition, job))
+            self._spawn(self._finish(partition, shard, job))
 
-    def _current(self, partition: int, job: MarkerJob) -> bool:
-        """The partition is still loaded with the epoch the job was handed out under."""
+    def _current(self, partition: int, shard: TxnShard, job: MarkerJob) -> bool:
+        """The partition is still loaded with the shard (and so the coordinator epoch) the
+        job was handed out by: a reload, or in a cluster a move of leadership, stops it."""
         if self.runtime.state(partition) is not PartitionState.ACTIVE:
             return False
         try:
-            return self.runtime.shard(partition).coordinator_epoch == job.coordinator_epoch
+            current = self.runtime.shard(partition)
         except KafkaError:
             return False
+        return current is shard and current.coordinator_epoch == job.coordinator_epoch
 
-    async def _finish(self, partition: int, job: MarkerJob) -> None:
+    async def _finish(self, partition: int, shard: TxnShard, job: MarkerJob) -> None:
         """Write the job's markers, then complete the transaction; retried until done or
         until the partition is reloaded (the new shard hands the job out again)."""
         self._fault("after-prepare-durable")
-        if not await self._persist_epoch(partition, job):
+        if not await self._persist_epoch(partition, shard, job):
             return
         marker = Marker(job.producer_id, job.producer_epoch, job.coordinator_epoch, job.commit)
         todo = set(job.partitions)
         delay, warned = 0.02, False
         while todo:
-            if not self._current(partition, job):
+            if not self._current(partition, shard, job):
                 return
             batch = sorted(todo)
             if self._fault_point == "between-markers" and len(batch) > 1:
                 batch = batch[:1]  # one marker, then the fault below
-            results = await write_markers(self.broker, marker, batch)
+            results = await self.write(marker, batch)
             for tp, code in results.items():
                 if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
                     todo.discard(tp)  # written, or the partition is gone: nothing to end
@@ -141,7 +150,7 @@ class TxnFinisher:
                 delay = min(delay * 2, _MAX_BACKOFF_S)
         self._fault("before-complete")
         delay, warned = 0.02, False
-        while self._current(partition, job):
+        while self._current(partition, shard, job):
             try:
                 await self.shell.run(partition, lambda s, now, _t: ops.complete(
                     s, job.transactional_id, job.producer_id, job.producer_epoch, job.commit,
@@ -157,14 +166,14 @@ class TxnFinisher:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _MAX_BACKOFF_S)
 
-    async def _persist_epoch(self, partition: int, job: MarkerJob) -> bool:
+    async def _persist_epoch(self, partition: int, shard: TxnShard, job: MarkerJob) -> bool:
         """Make the job's coordinator epoch durable before a marker carries it, retrying
         while the disk is full; False if the partition was reloaded meanwhile."""
         if self.epochs.persisted(partition, job.coordinator_epoch):
             return True
         loop = asyncio.get_running_loop()
         delay, reported = 0.02, False
-        while self._current(partition, job):
+        while self._current(partition, shard, job):
             try:
                 await loop.run_in_executor(None, self.epochs.persist, partition,
                                            job.coordinator_epoch)

@@ -2,11 +2,10 @@
 key, v4+ batched keys).
 
 Embedded broker: this node coordinates everything. Cluster: the coordinator of a key is
-the leader of its partition of `__consumer_offsets` (the partition's shard is loaded
-there, server/coordinator.py); the topic is created on the first request, and while it
-has no leader the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
-Transactions in cluster mode are not served yet: key type 1 is COORDINATOR_NOT_AVAILABLE
-with a message saying so.
+the leader of its partition of `__consumer_offsets` (groups) or `__transaction_state`
+(transactional ids): the partition's shard is loaded there (server/coordinator.py). The
+topic is created on the first request, and while it has no leader the answer is
+COORDINATOR_NOT_AVAILABLE, which clients retry.
 
 Key type 0 (groups) and key type 1 (transactional ids) answer this node once the
 matching coordinator has started (COORDINATOR_NOT_AVAILABLE before, which clients
@@ -16,12 +15,16 @@ retry); an empty transactional id is INVALID_REQUEST, as in Kafka. Other key typ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidegate.common.errors import ErrorCode
 from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
+
+if TYPE_CHECKING:
+    from tidegate.server.group_coordinator import GroupCoordinator
+    from tidegate.server.txn_coordinator import TransactionCoordinator
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -29,18 +32,22 @@ TRANSACTION_KEY_TYPE = 1
 
 async def _cluster_lookup(broker: Broker, key_type: int,
                           key: str) -> tuple[ErrorCode, str | None, int]:
+    coordinator: GroupCoordinator | TransactionCoordinator
     if key_type == TRANSACTION_KEY_TYPE:
         if not key:
             return ErrorCode.invalid_request, "the transactional id must not be empty", -1
-        return (ErrorCode.coordinator_not_available,
-                "transactions are not available in cluster mode yet", -1)
-    if key_type != GROUP_KEY_TYPE:
+        coordinator = broker.txn_coordinator
+    elif key_type == GROUP_KEY_TYPE:
+        coordinator = broker.group_coordinator
+    else:
         return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}", -1
-    gc = broker.group_coordinator
-    if not await gc.ensure_topic():
-        return ErrorCode.coordinator_not_available, "__consumer_offsets is being created", -1
-    topic = broker.metadata.topic(gc.runtime.topic)
-    leader = -1 if topic is None else topic.partitions[gc.partition_for(key)].leader
+    internal = coordinator.runtime.topic
+    if not await coordinator.ensure_topic():
+        return ErrorCode.coordinator_not_available, f"{internal} is being created", -1
+    topic = broker.metadata.topic(internal)
+    index = coordinator.partition_for(key)
+    leader = -1 if topic is None or index >= len(topic.partitions) \
+        else topic.partitions[index].leader
     if leader < 0:
         return ErrorCode.coordinator_not_available, "the coordinator has no leader yet", -1
     return ErrorCode.none, None, leader

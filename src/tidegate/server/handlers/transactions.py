@@ -11,13 +11,21 @@ coordinator answers into each version's response shape:
   OPERATION_NOT_ATTEMPTED, with nothing added (Kafka's rule: all or nothing). Internal
   topics cannot be added: `__consumer_offsets` joins a transaction through
   AddOffsetsToTxn, and `__transaction_state` never does (INVALID_TOPIC_EXCEPTION, as a
-  Produce to an internal topic gets).
+  Produce to an internal topic gets). v4+ are sent by brokers only (a group coordinator
+  verifying a TxnOffsetCommit names its `__consumer_offsets` partition) and their
+  transactions are answered concurrently.
 - EndTxn v5+ is transaction version 2: the answer carries the producer id and epoch the
   producer must use next (the coordinator bumps the epoch at every end).
 - TxnOffsetCommit goes to the group coordinator after checking (KIP-890 verification)
   that the group's `__consumer_offsets` partition is in the ongoing transaction; from
   v5 (transaction version 2) the producer sends no AddOffsetsToTxn and the partition is
-  added here instead.
+  added here instead. A verification that could not be made (the transaction
+  coordinator on another broker unreachable: NETWORK_EXCEPTION) is answered as Kafka's
+  group coordinator does, as a code clients retry (COORDINATOR_LOAD_IN_PROGRESS).
+- Topics are looked up in the metadata view: in a cluster the coordinator's broker need
+  not hold a replica of a transaction's topics.
+- WriteTxnMarkers in a cluster writes only partitions led here (NOT_LEADER_OR_FOLLOWER
+  for the others, server/markers.py).
 - PRODUCER_FENCED goes only to versions that know it (KIP-588: AddPartitionsToTxn,
   AddOffsetsToTxn and EndTxn v2+, InitProducerId v4+); older ones get
   INVALID_PRODUCER_EPOCH.
@@ -27,6 +35,7 @@ coordinator answers into each version's response shape:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -50,27 +59,52 @@ def _fenced(code: ErrorCode, version: int, since: int) -> ErrorCode:
     return code
 
 
-def _partition_errors(broker: Broker, topics: Any) -> tuple[list[TopicPartition],
-                                                            dict[TopicPartition, ErrorCode]]:
-    """The partitions a request names, and the errors of those that cannot be added."""
+def _partition_count(broker: Broker, topic: str) -> int:
+    """Partitions of `topic` in the cluster (0: no such topic). The metadata view, not
+    this broker's logs: in a cluster those hold only the topics with a replica here."""
+    view = broker.metadata.topic(topic)
+    return 0 if view is None else len(view.partitions)
+
+
+def _offset_commit_error(code: ErrorCode) -> ErrorCode:
+    """A verification failure as TxnOffsetCommit answers it (Kafka's group coordinator,
+    `maybeConvertOffsetCommitError`): codes older clients would not retry become ones
+    they do."""
+    if code == ErrorCode.network_exception:
+        return ErrorCode.coordinator_load_in_progress  # retried without a new lookup
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
+                ErrorCode.not_enough_replicas_after_append):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    return code
+
+
+def _partition_errors(broker: Broker, topics: Any, *, from_broker: bool = False
+                      ) -> tuple[list[TopicPartition], dict[TopicPartition, ErrorCode]]:
+    """The partitions a request names, and the errors of those that cannot be added.
+    `from_broker` (v4+, which only brokers send): a group coordinator verifying a
+    TxnOffsetCommit names its `__consumer_offsets` partition, which may be in a
+    transaction (through AddOffsetsToTxn, or added by transaction version 2)."""
     wanted: list[TopicPartition] = []
     errors: dict[TopicPartition, ErrorCode] = {}
     for t in topics or ():
         name = str(t.name)
-        meta = broker.logs.topics.get(name)
+        count = _partition_count(broker, name)
         for p in t.partitions or ():
             tp = (name, int(p))
             wanted.append(tp)
-            if name in INTERNAL_TOPICS:
+            if name in INTERNAL_TOPICS and not (from_broker and name == CONSUMER_OFFSETS):
                 errors[tp] = ErrorCode.invalid_topic_exception
-            elif meta is None or not 0 <= tp[1] < meta.partitions:
+            elif not 0 <= tp[1] < count:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
     return wanted, errors
 
 
 async def _add_one(broker: Broker, txn_id: str, producer_id: int, epoch: int, topics: Any,
-                   verify_only: bool) -> dict[TopicPartition, ErrorCode]:
-    wanted, errors = _partition_errors(broker, topics)
+                   verify_only: bool, *, from_broker: bool = False
+                   ) -> dict[TopicPartition, ErrorCode]:
+    wanted, errors = _partition_errors(broker, topics, from_broker=from_broker)
     if errors:
         return {tp: errors.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
     if not txn_id:
@@ -99,13 +133,15 @@ async def handle_add_partitions(broker: Broker, ctx: RequestContext, req: Any) -
         results = {tp: _fenced(c, ctx.api_version, 2) for tp, c in results.items()}
         return build(ctx.response_class, {
             "throttle_time": 0, "results_by_topic_v3_and_below": _by_topic(results)})
-    out = []
-    for txn in req.transactions or ():
-        results = await _add_one(
-            broker, str(txn.transactional_id), int(txn.producer_id), int(txn.producer_epoch),
-            txn.topics, bool(txn.verify_only))
-        out.append({"transactional_id": txn.transactional_id,
-                    "topic_results": _by_topic(results)})
+    # v4+ come from partition leaders batching their KIP-890 verifications: the
+    # transactions are independent (one entry per id), so they are answered together
+    txns = list(req.transactions or ())
+    answers = await asyncio.gather(*(
+        _add_one(broker, str(txn.transactional_id), int(txn.producer_id),
+                 int(txn.producer_epoch), txn.topics, bool(txn.verify_only), from_broker=True)
+        for txn in txns))
+    out = [{"transactional_id": txn.transactional_id, "topic_results": _by_topic(results)}
+           for txn, results in zip(txns, answers, strict=True)]
     return build(ctx.response_class, {
         "throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": out})
 
@@ -152,10 +188,10 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
     valid: list[TxnCommitPartition] = []
     for t in req.topics or ():
         name = str(t.name)
-        meta = broker.logs.topics.get(name)
+        count = _partition_count(broker, name)
         for p in t.partitions or ():
             index = int(p.partition_index)
-            if meta is None or not 0 <= index < meta.partitions:
+            if not 0 <= index < count:
                 codes[(name, index)] = ErrorCode.unknown_topic_or_partition
                 continue
             valid.append(TxnCommitPartition(
@@ -173,6 +209,7 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
                     txn_id, pid, epoch, group_id, add=ctx.api_version >= 5)
             except KafkaError as e:
                 code = e.code
+            code = _offset_commit_error(code)
         if code == ErrorCode.none:
             tr = TxnOffsetCommitRequest(
                 transactional_id=txn_id, group_id=group_id, producer_id=pid,

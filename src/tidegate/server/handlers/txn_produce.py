@@ -5,7 +5,9 @@ none open there) is written only if the transaction coordinator has that partiti
 the producer's ongoing transaction — for every client version, not only the newest as in
 Kafka — so a late or zombie batch can never open a transaction nobody will end (a
 hanging transaction). Produce v12+ is transaction version 2: there the broker adds the
-partition itself instead of checking it. A guard taken before asking (`Log.
+partition itself instead of checking it. A coordinator that cannot answer yet (loading,
+moving, on an unreachable broker) gets the batch NOT_ENOUGH_REPLICAS, which every client
+retries (Kafka's ReplicaManager does the same). A guard taken before asking (`Log.
 begin_verification`) is cleared by any marker for the producer written meanwhile, so a
 transaction that ends while we ask is not reopened.
 
@@ -39,6 +41,11 @@ from tidegate.storage.log import Log
 
 if TYPE_CHECKING:
     from tidegate.server.broker import Broker
+
+# The coordinator could not answer (yet): moving, loading, unreachable (cluster mode).
+_NOT_VERIFIED_YET = frozenset({
+    ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator})
 
 # Per partition log, per producer id: the newest slot not yet released.
 _TAILS: weakref.WeakKeyDictionary[Log, dict[int, Slot]] = weakref.WeakKeyDictionary()
@@ -128,4 +135,8 @@ async def verify_transactional(
         code = e.code
     if code == ErrorCode.producer_fenced:
         code = ErrorCode.invalid_producer_epoch  # Produce never answers PRODUCER_FENCED
+    elif code in _NOT_VERIFIED_YET:
+        # Kafka's ReplicaManager: retriable failures older clients would not retry on
+        # Produce become NOT_ENOUGH_REPLICAS, retried without a metadata refresh
+        code = ErrorCode.not_enough_replicas
     return code, guard

@@ -1,0 +1,99 @@
+"""The exactly-once workloads on a 3-broker cluster under kill -9, SIGSTOP and network
+partitions.
+
+Both workloads are the single-broker ones, run on a `ClusterTarget`
+(tests/integration/cluster_txn_util.py): ZooKeeper and three broker processes, every
+topic with replication factor 3 and min.insync.replicas 2. Its faults, one at a time,
+hit the broker that coordinates one of the workload's transactional ids, the one that
+coordinates its group, or the leader of one of its partitions: kill -9 (restarted after
+a while), SIGSTOP (up to twice the ZooKeeper session: it wakes up deposed) or, where
+iptables works, a network partition cutting it off from ZooKeeper and the other brokers.
+After each fault every partition is led and in sync again before the next; at the end
+no broker lists an open transaction (ListTransactions on each) and every partition,
+internal ones included, is byte-identical on the three brokers.
+
+1. The Jepsen-style history (tests/integration/test_txn_history.py): workers with
+   transactional producers and read_committed consumers; the checker finds no lost
+   write, duplicate, aborted read, torn transaction, inconsistent offset, non-monotonic
+   or skipping poll.
+2. Consume-transform-produce (tests/integration/test_eos_pipeline.py, Kafka's
+   "copier"): N values copied by a confluent-kafka processor that is itself killed -9
+   at random; every value exactly once in the output under read_committed, the group's
+   committed offsets at the input's end. Transactions of 10-60 records (about 8 commits
+   a second here), so that the copy is still going on while the brokers fail (with the
+   single-broker test's 50-800, 10,000 values are copied before the first fault).
+
+`make test`: the history for ~45 s and the copier over 10,000 values (about a minute
+each). `make soak` (TIDEGATE_SOAK=1): the history for 10 minutes, the copier over
+100,000 values with confluent-kafka and with Tidegate's own processor.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from tests.integration.cluster_txn_util import ClusterTarget
+from tests.integration.test_client_eos_kill import HelperPipeline
+from tests.integration.test_eos_pipeline import Pipeline, run_pipeline
+from tests.integration.test_txn_history import run_workload
+
+SOAK = pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
+                          reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
+SMALL_BATCHES = (10, 60)
+
+
+@dataclass
+class SmallBatchPipeline(Pipeline):
+    batch_range: tuple[int, int] = SMALL_BATCHES
+
+
+@dataclass
+class SmallBatchHelperPipeline(HelperPipeline):
+    batch_range: tuple[int, int] = SMALL_BATCHES
+
+
+def _history_target(tmp_path: Path, workers: int) -> ClusterTarget:
+    return ClusterTarget(tmp_path / "cluster", [f"queue-{i}" for i in range(workers)],
+                         ["queue-group"])
+
+
+def test_history_on_the_cluster_under_faults(tmp_path: Path) -> None:
+    run_workload(tmp_path, duration=45, workers=4, seed=31,
+                 target=_history_target(tmp_path, 4))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+@SOAK
+def test_history_on_the_cluster_soak(tmp_path: Path) -> None:
+    run_workload(tmp_path, duration=600, workers=6, seed=int(time.time()),
+                 target=_history_target(tmp_path, 6))
+
+
+def test_copier_exactly_once_on_the_cluster(tmp_path: Path) -> None:
+    run_pipeline(tmp_path, n=10_000, processor_kills=6, broker_kills=3, budget=150, seed=5,
+                 pipeline=SmallBatchPipeline,
+                 target=ClusterTarget(tmp_path / "cluster", ["eos-processor"], ["eos-group"]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+@SOAK
+def test_copier_exactly_once_on_the_cluster_soak(tmp_path: Path) -> None:
+    run_pipeline(tmp_path, n=100_000, processor_kills=60, broker_kills=20, budget=2000,
+                 seed=int(time.time()), pipeline=SmallBatchPipeline,
+                 target=ClusterTarget(tmp_path / "cluster", ["eos-processor"], ["eos-group"]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+@SOAK
+def test_tidegate_processor_exactly_once_on_the_cluster_soak(tmp_path: Path) -> None:
+    run_pipeline(tmp_path, n=100_000, processor_kills=60, broker_kills=20, budget=2000,
+                 seed=int(time.time()), pipeline=SmallBatchHelperPipeline,
+                 target=ClusterTarget(tmp_path / "cluster", ["tidegate-eos-helper"],
+                                      ["eos-group"]))
