@@ -2,8 +2,9 @@
 
 - A listener whose security protocol is not PLAINTEXT (SSL://, SASL_PLAINTEXT://,
   SASL_SSL://, or a name mapped to one of them in `listener.security.protocol.map`)
+  and that lacks the settings it needs (a key store, SASL mechanisms Tidegate has)
   stops `tidegate serve` before anything binds or touches the data directory: exit
-  code 2, one line naming the listener and what is supported, no traceback. So do
+  code 2, one line naming the listener and what is missing, no traceback. So do
   Kafka's own listener errors (a name missing from the map, advertised names that are
   not listeners).
 - A second broker on a data directory in use exits with Kafka's "Failed to acquire
@@ -50,8 +51,8 @@ def test_secure_listener_refused(tmp_path: Path, protocol: str) -> None:
     out = r.stdout + r.stderr
     assert r.returncode == 2, out
     assert "Traceback" not in out, out
-    assert f"listener {protocol}://127.0.0.1:{secure}" in out, out
-    assert f"security protocol {protocol}" in out and "only PLAINTEXT" in out, out
+    assert f"listener {protocol}:" in out or f"listener {protocol} " in out, out
+    assert ("key store" in out) if "SSL" in protocol else ("GSSAPI" in out), out
     assert "listening on" not in out, out
     assert not data.exists(), "the data directory was touched before the config was checked"
     assert _port_is_free(plain) and _port_is_free(secure)
@@ -66,8 +67,8 @@ def test_mapped_secure_listener_refused(tmp_path: Path, protocol: str) -> None:
     out = r.stdout + r.stderr
     assert r.returncode == 2, out
     assert "Traceback" not in out, out
-    assert f"listener INTERNAL://127.0.0.1:{port}" in out, out
-    assert f"maps INTERNAL to {protocol}" in out and "only PLAINTEXT" in out, out
+    assert "listener INTERNAL:" in out or "listener INTERNAL " in out, out
+    assert ("key store" in out) if "SSL" in protocol else ("GSSAPI" in out), out
 
 
 def test_listener_name_missing_from_map_refused(tmp_path: Path) -> None:

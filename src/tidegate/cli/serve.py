@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
             key,
         )
 
+    from tidegate.common.listeners import parse_protocol_map
+    from tidegate.common.security_config import listener_security
     from tidegate.server.app import run_broker
 
     def ready(bound: list[tuple[str, int]]) -> None:
@@ -69,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
             f"data in {config.log_dir.resolve()}",
             flush=True,
         )
+        # What each listener requires of a client (docs/security.md).
+        protocols = parse_protocol_map(config.get("listener.security.protocol.map"))
+        for lis in config.listeners():
+            sec = listener_security(config.props, lis.name, protocols[lis.name])
+            print(f"  listener {lis} ({sec.protocol}): {sec.describe()}", flush=True)
 
     try:
         run_broker(config, ready)

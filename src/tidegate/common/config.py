@@ -22,6 +22,7 @@ from tidegate.common.listeners import (
     parse_listeners,
     parse_protocol_map,
 )
+from tidegate.common.security_config import SECURITY_KEYS, is_listener_key, listener_security
 
 __all__ = ["BROKER_KEYS", "BrokerConfig", "Listener", "parse_listeners"]
 
@@ -80,10 +81,11 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "listener.security.protocol.map": (
         ",".join(f"{p}:{p}" for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
         "list",
-        "Security protocol of each listener name (NAME:PROTOCOL pairs). Only PLAINTEXT is "
-        "served: the broker refuses to start with a listener that maps to SSL, "
-        "SASL_PLAINTEXT or SASL_SSL.",
+        "Security protocol of each listener name (NAME:PROTOCOL pairs): PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT or SASL_SSL. A secure listener without the settings it needs "
+        "stops the broker at start (docs/security.md).",
     ),
+    **SECURITY_KEYS,  # TLS and SASL (common/security_config.py, docs/security.md)
     "log.dirs": (
         "./tidegate-data",
         "list",
@@ -433,14 +435,14 @@ class BrokerConfig:
                 f"The values for broker.id ({broker_id}) and node.id ({node_id}) must be the "
                 "same if both are specified."
             )
-        check_listener_security(
-            self.listeners(),
-            self.advertised_listeners(),
-            parse_protocol_map(self.props.get("listener.security.protocol.map", "")),
-        )
+        protocols = parse_protocol_map(self.props.get("listener.security.protocol.map", ""))
+        check_listener_security(self.listeners(), self.advertised_listeners(), protocols)
+        for lis in self.listeners():  # TLS and SASL settings each secure listener needs
+            listener_security(self.props, lis.name, protocols[lis.name])
 
     def unknown_keys(self) -> list[str]:
-        return sorted(k for k in self.explicit if k not in BROKER_KEYS and "." not in k[:1])
+        return sorted(k for k in self.explicit
+                      if k not in BROKER_KEYS and "." not in k[:1] and not is_listener_key(k))
 
     def get(self, key: str, default: str = "") -> str:
         return self.props.get(key, default)

@@ -1,9 +1,10 @@
 """Listeners: `NAME://host:port` lists and the security protocol each name maps to.
 
 Kafka's rules (distinct names; advertised names a subset of `listeners`; every name in
-`listener.security.protocol.map`) plus Tidegate's own: only PLAINTEXT is served, so a
-listener whose protocol is SSL, SASL_PLAINTEXT or SASL_SSL — named so directly or
-through the map — is a configuration error, never an open port.
+`listener.security.protocol.map`). Every protocol is served — PLAINTEXT, SSL,
+SASL_PLAINTEXT, SASL_SSL — and a listener's TLS and SASL settings are checked at start
+(common/security_config.py): one declared secure whose settings are missing is a
+configuration error, never an open port.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def parse_listeners(value: str) -> list[Listener]:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_PROTOCOLS = ("PLAINTEXT",)  # no TLS and no SASL yet
+SERVED_PROTOCOLS = SECURITY_PROTOCOLS  # each checked by common/security_config.py
 
 
 def parse_protocol_map(value: str) -> dict[str, str]:
@@ -66,8 +67,8 @@ def parse_protocol_map(value: str) -> dict[str, str]:
 def check_listener_security(
     listeners: list[Listener], advertised: list[Listener], protocol_map: dict[str, str]
 ) -> None:
-    """Kafka's listener checks, plus ours: every listener must be served as PLAINTEXT,
-    since a listener declared SSL or SASL would otherwise be served open."""
+    """Kafka's listener checks: distinct names, advertised names among `listeners`,
+    a known security protocol for each."""
     names = [lis.name for lis in listeners]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -90,15 +91,5 @@ def check_listener_security(
                     f"No security protocol defined for listener {lis.name} ({key}={lis}); "
                     f"add {lis.name}:PLAINTEXT to listener.security.protocol.map"
                 )
-            if proto in SERVED_PROTOCOLS:
-                continue
-            via = "" if proto == lis.name else (
-                f" (listener.security.protocol.map maps {lis.name} to {proto})"
-            )
-            raise InvalidConfigError(
-                f"{key}: listener {lis} uses security protocol {proto}{via}, which "
-                f"Tidegate does not support yet: it serves only PLAINTEXT listeners (no "
-                f"TLS, no SASL) and will not serve this one unencrypted and "
-                f"unauthenticated. Remove it, or use a PLAINTEXT listener such as "
-                f"PLAINTEXT://{lis.host}:{lis.port} if an open port is what you want."
-            )
+            # SERVED_PROTOCOLS holds every protocol parse_protocol_map accepts; what a
+            # secure one needs is checked when its listener is built (security_config).

@@ -25,6 +25,8 @@ from tidegate.server.dynamic_config import activate_cluster_defaults
 from tidegate.server.group_config import GroupConfigStore
 from tidegate.server.metadata_view import EmbeddedMetadata, MetadataView
 from tidegate.server.replica_manager import ReplicaManager
+from tidegate.server.scram_store import ScramStore
+from tidegate.server.security import GuessDelays, build_runtimes
 from tidegate.server.topic_admin import EmbeddedTopicAdmin, TopicAdmin
 from tidegate.storage.config import LogConfig, topic_defaults_from_broker
 from tidegate.storage.log import Log
@@ -45,6 +47,12 @@ class Broker:
             _load_dynamic(config.log_dir), config.props, lambda c: _save_dynamic(config.log_dir, c)
         )
         self.group_configs = GroupConfigStore(config.log_dir)  # GROUP config resources
+        # SCRAM users and each listener's TLS/SASL requirements (server/security.py)
+        self.scram_users = ScramStore(config.log_dir)
+        self.guess_delays = GuessDelays()
+        self.listener_security = build_runtimes(
+            config.props, [lis.name for lis in config.listeners()], self.scram_users
+        )
         self.log_defaults: LogConfig = topic_defaults_from_broker(
             {**config.props, **self.dynamic_configs}
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.static.protocol import Entity
 
@@ -31,6 +32,13 @@ class RequestContext:
     # Set by `release()` (and by the listener when the handler finishes); None outside
     # a connection, e.g. when a test calls a handler directly.
     released: asyncio.Future[None] | None = field(default=None, compare=False, repr=False)
+    # Who sent it and where (server/security.py): `User:ANONYMOUS` on PLAINTEXT, else
+    # the SASL user or the client certificate's mapped subject; the listener's name
+    # (Metadata answers with that listener's endpoints). `session`: the connection's
+    # Session, for the SASL handlers.
+    principal: str = "User:ANONYMOUS"
+    listener: str = ""
+    session: Any = field(default=None, compare=False, repr=False)
 
     @property
     def response_class(self) -> type[Entity]:

@@ -77,6 +77,7 @@ def default_dispatcher() -> Dispatcher:
         offsets,
         offsets_commit,
         produce,
+        sasl,
         transactions,
         txn_admin,
     )
@@ -84,6 +85,11 @@ def default_dispatcher() -> Dispatcher:
     d = Dispatcher()
     d.register(18, api_versions.handle, 0, 4)
     d.register(3, metadata.handle, 0, 13)
+    # security (handlers/sasl.py): SASL on every listener's connections, SCRAM users
+    d.register(17, sasl.handle_sasl_handshake, 0, 1)
+    d.register(36, sasl.handle_sasl_authenticate, 0, 2)
+    d.register(50, sasl.handle_describe_user_scram_credentials, 0, 0)
+    d.register(51, sasl.handle_alter_user_scram_credentials, 0, 0)
     d.register(0, produce.handle, 3, 12)
     d.register(1, fetch.handle, 4, 17)
     d.register(2, offsets.handle_list_offsets, 1, 10)

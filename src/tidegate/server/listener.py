@@ -24,6 +24,14 @@ connection once the answers to the requests before it are written. Each is logge
 with the peer address. A handler that raises closes its connection too (logged with
 the traceback) and no later request on it is started. Nothing a client sends can stop
 the broker or touch another connection.
+
+Security (server/security.py): a listener may wrap its connections in TLS (the
+handshake runs here, with the listener's current certificates) and may require SASL;
+each connection has a `Session` whose principal goes into every `RequestContext`.
+Until a SASL connection has authenticated — and again once its session has expired
+(`connections.max.reauth.ms`) — any request but ApiVersions, SaslHandshake and
+SaslAuthenticate closes it. A failed handshake or authentication closes that
+connection only, logged once.
 """
 
 from __future__ import annotations
@@ -50,10 +58,13 @@ from tidegate.protocol.messages import (
     request_class,
     response_class,
 )
+from tidegate.protocol.sasl import SaslState
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.dispatch import Api
 from tidegate.server.handlers.api_versions import api_keys_payload
+from tidegate.server.handlers.sasl import authenticate
+from tidegate.server.security import ListenerSecurityRuntime, Session
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +77,14 @@ class ProtocolViolation(Exception):
 
 class Connection:
     def __init__(
-        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        broker: Broker,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        session: Session | None = None,
     ) -> None:
         self.broker = broker
+        self.session = session
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
@@ -110,6 +126,9 @@ class Connection:
                     break
                 for frame in frames:
                     try:
+                        if self.session is not None and self.session.raw_tokens:
+                            self._raw_token(frame)
+                            continue
                         await self._start(frame)
                     except ProtocolViolation as e:
                         log.warning("closing connection from %s: %s", self.peer, e)
@@ -135,6 +154,13 @@ class Connection:
         api = dispatcher.apis.get(header.api_key)
         if api is None:
             raise ProtocolViolation(f"unknown API key {header.api_key}")
+        session = self.session
+        if session is not None and not session.allows(header.api_key, self.broker.clock.now_ms()):
+            state = "expired" if session.sasl and session.sasl.user else "not authenticated"
+            raise ProtocolViolation(f"{api.name} request on a SASL connection {state} "
+                                    f"(listener {session.listener})")
+        if session is not None and session.close_after_answer:
+            raise ProtocolViolation("request after a failed SASL exchange")
         if not dispatcher.supports(header.api_key, header.api_version):
             if header.api_key == API_VERSIONS_KEY:
                 # KIP-511: answer at v0 so any client can read our supported ranges.
@@ -166,6 +192,9 @@ class Connection:
             header.client_id,
             self.peer,
             released,
+            session.principal if session is not None else "User:ANONYMOUS",
+            session.listener if session is not None else "",
+            session,
         )
         task: asyncio.Task[Any] = asyncio.ensure_future(self._run(gate, api, ctx, request))
         self.running.add(task)
@@ -174,6 +203,22 @@ class Connection:
         # ApiVersions responses always use header v0 (KIP-511).
         resp_flexible = flexible and header.api_key != API_VERSIONS_KEY
         await self.pending.put((header.correlation_id, resp_flexible, task))
+
+    def _raw_token(self, frame: bytes) -> None:
+        """A bare SASL token after SaslHandshake v0 (KIP-43): answered as a bare frame."""
+        session = self.session
+        assert session is not None and session.sasl is not None
+
+        async def run() -> bytes | None:
+            body, ok = await authenticate(self.broker, session, self.peer, frame)
+            sasl = session.sasl
+            assert sasl is not None
+            session.raw_tokens = ok and sasl.state is SaslState.SCRAM_FINAL
+            return bytes(body["auth_bytes"]) if ok else None
+
+        session.raw_tokens = False  # until this token is answered (clients wait)
+        task: asyncio.Task[bytes | None] = asyncio.ensure_future(run())
+        self.pending.put_nowait((None, False, task))
 
     def _gate(self, api_key: int) -> list[asyncio.Future[Any]]:
         """What a new request of `api_key` must wait for (module docstring): the newest
@@ -224,16 +269,31 @@ class Connection:
                     self.writer.close()
                     return
             if body is None:
+                if self.session is not None and self.session.close_after_answer:
+                    self._close_now()
+                    return
                 continue
             if self.closed and self.writer.is_closing():
                 continue
-            payload = encode_response_header(correlation_id, flexible) + encode(body)
+            if correlation_id is None:  # a bare SASL token (KIP-43, handshake v0)
+                payload = bytes(body)
+            else:
+                payload = encode_response_header(correlation_id, flexible) + encode(body)
             try:
                 self.writer.write(encode_frame(payload))
                 await self.writer.drain()
             except (ConnectionError, OSError):
                 self.closed = True
                 return
+            if self.session is not None and self.session.close_after_answer:
+                self._close_now()
+                return
+
+    def _close_now(self) -> None:
+        """A failed SASL exchange: its error is written; nothing more is read or run."""
+        self.closed = True
+        self.failed = True
+        self.writer.close()
 
 
 class Listener:
@@ -244,30 +304,64 @@ class Listener:
 
     async def start(self) -> list[tuple[str, int]]:
         bound = []
+        self.bound_by_listener: dict[str, list[tuple[str, int]]] = {}
         for lis in self.broker.config.listeners():
+            runtime = self.broker.listener_security[lis.name]
             server = await asyncio.start_server(
-                self._accept,
+                functools.partial(self._accept, runtime),
                 host=lis.host or None,
                 port=lis.port,
                 reuse_address=True,
                 limit=1 << 20,
+                # The loop runs the TLS handshake before _accept; a failed one closes the
+                # socket without reaching it.
+                ssl=runtime.tls.server_context() if runtime.tls is not None else None,
+                ssl_handshake_timeout=10.0 if runtime.tls is not None else None,
             )
             self.servers.append(server)
             for sock in server.sockets:
                 addr = sock.getsockname()
                 bound.append((str(addr[0]), int(addr[1])))
+                self.bound_by_listener.setdefault(lis.name, []).append(bound[-1])
         return bound
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self,
+        runtime: ListenerSecurityRuntime,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self.connections.add(task)
         try:
-            await Connection(self.broker, reader, writer).run()
+            session = await self._secure(runtime, writer)
+            if session is None:
+                writer.close()
+                return
+            await Connection(self.broker, reader, writer, session).run()
         except asyncio.CancelledError:
             writer.close()  # broker shutdown: close quietly
         finally:
             self.connections.discard(task)
+
+    async def _secure(
+        self, runtime: ListenerSecurityRuntime, writer: asyncio.StreamWriter
+    ) -> Session | None:
+        """The connection's session (after the TLS handshake, on TLS listeners); None
+        if the client certificate's subject maps to no principal (logged once)."""
+        session = runtime.session()
+        if runtime.tls is None:
+            return session
+        peer = writer.get_extra_info("peername")
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        try:
+            session.with_peer_certificate(writer.get_extra_info("peercert"))
+        except ValueError as e:
+            log.warning("closing TLS connection from %s on listener %s: %s", where,
+                        runtime.sec.name, e)
+            return None
+        return session
 
     async def stop(self) -> None:
         for server in self.servers:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tidegate.common.config import BrokerConfig
 from tidegate.common.topics import INTERNAL_TOPICS
@@ -81,6 +81,27 @@ class MetadataView(Protocol):
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicView | None: ...
 
 
+@runtime_checkable
+class ListenerAwareView(Protocol):
+    """A view that can answer with the endpoints of a given listener (Kafka: clients get
+    the endpoints of the listener they came in on). The embedded view is one; a view
+    that is not (the cluster view keeps one listener) answers `brokers()` for all."""
+
+    def brokers_on(self, listener: str) -> Sequence[BrokerEndpoint]: ...
+
+
+def brokers_on(view: MetadataView, listener: str) -> Sequence[BrokerEndpoint]:
+    if listener and isinstance(view, ListenerAwareView):
+        return view.brokers_on(listener)
+    return view.brokers()
+
+
+def broker_on(view: MetadataView, node_id: int, listener: str) -> BrokerEndpoint | None:
+    if listener and isinstance(view, ListenerAwareView):
+        return next((b for b in view.brokers_on(listener) if b.node_id == node_id), None)
+    return view.broker(node_id)
+
+
 class EmbeddedMetadata:
     """The single broker's view: this node leads every partition of the topics file."""
 
@@ -100,6 +121,13 @@ class EmbeddedMetadata:
 
     def brokers(self) -> Sequence[BrokerEndpoint]:
         lis = self._config.advertised_listeners()[0]
+        rack = self._config.get("broker.rack") or None
+        return (BrokerEndpoint(self.node_id, lis.host, lis.port, rack),)
+
+    def brokers_on(self, listener: str) -> Sequence[BrokerEndpoint]:
+        """This node's advertised endpoint on `listener` (the first one if not advertised)."""
+        advertised = self._config.advertised_listeners()
+        lis = next((a for a in advertised if a.name == listener), advertised[0])
         rack = self._config.get("broker.rack") or None
         return (BrokerEndpoint(self.node_id, lis.host, lis.port, rack),)
 

@@ -185,7 +185,7 @@ async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any)
         )
     brokers = [
         {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
-        for b in brokers_payload(broker)
+        for b in brokers_payload(broker, ctx.listener)
     ]
     return build(
         ctx.response_class,

@@ -21,6 +21,7 @@ from tidegate.common.errors import ErrorCode
 from tidegate.protocol.messages import build, view
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
+from tidegate.server.metadata_view import broker_on
 
 if TYPE_CHECKING:
     from tidegate.server.group_coordinator import GroupCoordinator
@@ -74,8 +75,8 @@ async def _find(broker: Broker, key_type: int, key: str) -> tuple[ErrorCode, str
     return code, message, broker.node_id
 
 
-def _node(broker: Broker, code: ErrorCode, node_id: int) -> dict[str, Any]:
-    node = broker.metadata.broker(node_id) if code == ErrorCode.none else None
+def _node(broker: Broker, code: ErrorCode, node_id: int, listener: str = "") -> dict[str, Any]:
+    node = broker_on(broker.metadata, node_id, listener) if code == ErrorCode.none else None
     if node is not None:
         return {"node_id": node.node_id, "host": node.host, "port": node.port}
     return {"node_id": -1, "host": "", "port": -1}
@@ -87,12 +88,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         coordinators = []
         for key in req.coordinator_keys or ():
             code, message, node = await _find(broker, key_type, str(key))
-            coordinators.append({"key": key, **_node(broker, code, node), "error_code": code,
-                                 "error_message": message})
+            coordinators.append({"key": key, **_node(broker, code, node, ctx.listener),
+                                 "error_code": code, "error_message": message})
         return build(ctx.response_class, {"throttle_time": 0, "coordinators": coordinators})
     code, message, node = await _find(broker, key_type, str(view(req, "key", "") or ""))
     return build(
         ctx.response_class,
         {"throttle_time": 0, "error_code": code, "error_message": message,
-         **_node(broker, code, node)},
+         **_node(broker, code, node, ctx.listener)},
     )

@@ -16,16 +16,17 @@ from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID
 from tidegate.server.handlers.operations import CLUSTER_OPS, TOPIC_OPS, authorized_operations
-from tidegate.server.metadata_view import PartitionView, TopicView
+from tidegate.server.metadata_view import PartitionView, TopicView, brokers_on
 
 log = logging.getLogger(__name__)
 
 
 
-def brokers_payload(broker: Broker) -> list[dict[str, Any]]:
+def brokers_payload(broker: Broker, listener: str = "") -> list[dict[str, Any]]:
+    """The brokers' endpoints on `listener`, the one the client came in on."""
     return [
         {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in broker.metadata.brokers()
+        for b in brokers_on(broker.metadata, listener)
     ]
 
 
@@ -109,7 +110,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         ctx.response_class,
         {
             "throttle_time": 0,
-            "brokers": brokers_payload(broker),
+            "brokers": brokers_payload(broker, ctx.listener),
             "cluster_id": md.cluster_id,
             "controller_id": md.controller_id,
             "topics": topics,
