@@ -49,7 +49,25 @@ CLIENT_DOCS: dict[str, str] = {
     "socket.connection.setup.timeout.ms": "How long a TCP connect may take.",
     "metadata.max.age.ms": "Refresh metadata at least this often.",
     "connections.max.idle.ms": "Accepted; idle connections are not closed yet.",
-    "security.protocol": "Only PLAINTEXT for now.",
+    "security.protocol": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (see security.md).",
+    "ssl.ca.location": "PEM file of the CA(s) that signed the broker's certificate; "
+                       "default: the system's trusted roots.",
+    "ssl.truststore.location": "Java's name for ssl.ca.location (PEM only).",
+    "ssl.truststore.type": "PEM only (the standard library's ssl reads no JKS/PKCS12).",
+    "ssl.certificate.location": "Client certificate (PEM), for listeners that ask for one.",
+    "ssl.key.location": "The client certificate's private key (PEM).",
+    "ssl.keystore.location": "Java's PEM key store: key and certificate chain in one file.",
+    "ssl.keystore.type": "PEM only.",
+    "ssl.key.password": "Password of an encrypted private key.",
+    "ssl.endpoint.identification.algorithm": "https: the broker's certificate must name "
+                                             "the host; none (or empty): only the chain "
+                                             "is checked.",
+    "sasl.mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+    "sasl.mechanisms": "librdkafka's name for sasl.mechanism.",
+    "sasl.username": "SASL user.",
+    "sasl.password": "SASL password (never shown in the config's repr).",
+    "sasl.jaas.config": "Java's form: a PlainLoginModule or ScramLoginModule line with "
+                        "username and password.",
     # producer
     "acks": "Acknowledgements a write needs: 0 (none), 1 (the leader's log), all (-1: "
             "in-sync replicas; on Tidegate also fsynced, see broker.md).",

@@ -23,9 +23,10 @@ internal ones included, is byte-identical on the three brokers.
    a second here), so that the copy is still going on while the brokers fail (with the
    single-broker test's 50-800, 10,000 values are copied before the first fault).
 
-`make test`: the history for ~45 s and the copier over 6,000 values with three broker faults (about a minute
-each). `make soak` (TIDEGATE_SOAK=1): the history for 10 minutes, the copier over
-100,000 values with confluent-kafka and with Tidegate's own processor.
+`make test`: the history for ~45 s and the copier over 6,000 values with three broker
+faults (about a minute each). `make soak` (TIDEGATE_SOAK=1): the history for 10
+minutes, the copier over 100,000 values with confluent-kafka and with Tidegate's own
+processor.
 """
 
 from __future__ import annotations

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from tidegate.cli.cluster_plan import ClusterPlan, PlanError
+from tidegate.cli.command_config import add_bootstrap, client_settings
 from tidegate.cli.health import status_lines, summarize
-from tidegate.cli.topics import add_bootstrap, run_client
+from tidegate.cli.topics import run_client
 from tidegate.client.admin import AsyncAdmin
+from tidegate.client.config import AdminConfig
 
 DEFAULT_DIR = Path("tidegate-cluster")
 
@@ -111,8 +113,8 @@ def run_up(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     async def main() -> int:
-        admin = AsyncAdmin({"bootstrap.servers": args.bootstrap_server,
-                            "client.id": "tidegate-cluster"})
+        admin = AsyncAdmin(client_settings(args, AdminConfig,
+                                           {"client.id": "tidegate-cluster"}))
         try:
             await admin.start()
             cluster = await admin.describe_cluster()

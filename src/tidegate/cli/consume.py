@@ -23,7 +23,9 @@ import sys
 import time
 from typing import IO, Any
 
-from tidegate.cli.topics import add_bootstrap, run_client
+from tidegate.cli.command_config import add_bootstrap, client_settings
+from tidegate.cli.topics import run_client
+from tidegate.client.config import ConsumerConfig
 from tidegate.client.consumer.consumer import AsyncConsumer
 from tidegate.client.types import ConsumerRecord, TopicPartition
 
@@ -140,9 +142,9 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         nonlocal count
-        consumer = AsyncConsumer({
-            "bootstrap.servers": args.bootstrap_server, "client.id": "tidegate-consume",
-            "allow.auto.create.topics": False, "isolation.level": args.isolation_level})
+        consumer = AsyncConsumer(client_settings(args, ConsumerConfig, {
+            "client.id": "tidegate-consume",
+            "allow.auto.create.topics": False, "isolation.level": args.isolation_level}))
         out = sys.stdout.buffer
         try:
             await consumer.start()

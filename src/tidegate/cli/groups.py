@@ -17,9 +17,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tidegate.cli.topics import add_bootstrap, print_none, run_client
+from tidegate.cli.command_config import add_bootstrap, client_settings
+from tidegate.cli.topics import print_none, run_client
 from tidegate.client.admin import AsyncAdmin
+from tidegate.client.config import AdminConfig
 from tidegate.client.net import BrokerConnection, parse_address
+from tidegate.client.security import ClientSecurity
 from tidegate.client.types import TopicPartition
 from tidegate.common.errors import ErrorCode, KafkaError, UnsupportedVersionError, error_for_code
 from tidegate.protocol.coordinator_records import assignment_partitions
@@ -57,7 +60,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     async def main() -> int:
-        client = GroupClient(args.bootstrap_server)
+        client = GroupClient(client_settings(args, AdminConfig,
+                                             {"client.id": "tidegate-groups"}))
         try:
             await client.start()
             return await ACTIONS[args.action](client, args)
@@ -87,9 +91,10 @@ class GroupInfo:
 class GroupClient:
     """Group requests for one command: coordinator lookup, retries while it loads."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.admin = AsyncAdmin({"bootstrap.servers": bootstrap, "client.id": "tidegate-groups"})
-        self.bootstrap = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
+    def __init__(self, settings: dict[str, object]) -> None:
+        self.admin = AsyncAdmin(settings)
+        self.security = ClientSecurity.from_config(self.admin.config)
+        self.bootstrap = [parse_address(a) for a in self.admin.config.bootstrap_servers]
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
 
     async def start(self) -> None:
@@ -103,7 +108,8 @@ class GroupClient:
     async def _conn(self, host: str, port: int) -> BrokerConnection:
         conn = self._conns.get((host, port))
         if conn is None or conn.closed:
-            conn = await BrokerConnection.open(host, port, client_id="tidegate-groups")
+            conn = await BrokerConnection.open(host, port, client_id="tidegate-groups",
+                                               security=self.security)
             self._conns[(host, port)] = conn
         return conn
 

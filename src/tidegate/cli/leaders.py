@@ -19,7 +19,8 @@ import argparse
 import sys
 from typing import Any
 
-from tidegate.cli.topics import add_bootstrap, run_client
+from tidegate.cli.command_config import add_bootstrap, client_settings
+from tidegate.cli.topics import run_client
 from tidegate.client.admin import AsyncAdmin
 from tidegate.client.config import AdminConfig
 from tidegate.client.metadata import MetadataClient
@@ -48,9 +49,9 @@ def add_parser(sub: Any) -> None:
     e.set_defaults(func=_elect)
 
 
-def partition_admin(bootstrap: str) -> tuple[PartitionAdmin, NetworkClient]:
+def partition_admin(args: argparse.Namespace) -> tuple[PartitionAdmin, NetworkClient]:
     """A `PartitionAdmin` over its own connections (close the NetworkClient after)."""
-    config = AdminConfig.from_dict({"bootstrap.servers": bootstrap})
+    config = AdminConfig.from_dict(client_settings(args, AdminConfig))
     net = NetworkClient(config)
     md = MetadataClient(net, max_age_ms=config.metadata_max_age_ms, allow_auto_create=False,
                         retry_backoff_ms=config.retry_backoff_ms)
@@ -69,11 +70,11 @@ def _elect(args: argparse.Namespace) -> int:
             if args.partition is not None:
                 partitions = [TopicPartition(args.topic, args.partition)]
             else:
-                async with AsyncAdmin({"bootstrap.servers": args.bootstrap_server}) as admin:
+                async with AsyncAdmin(client_settings(args, AdminConfig)) as admin:
                     desc = (await admin.describe_topics([args.topic],
                                                         include_configs=False))[0]
                 partitions = [TopicPartition(args.topic, p.partition) for p in desc.partitions]
-        elections, net = partition_admin(args.bootstrap_server)
+        elections, net = partition_admin(args)
         try:
             results = await elections.elect_leaders(TYPES[args.election_type], partitions)
         finally:

@@ -1,4 +1,7 @@
-"""`tidegate` command line: serve, cluster, topics, produce, consume, groups, txn.
+"""`tidegate` command line: serve, cluster, topics, produce, consume, groups, txn, users.
+
+Every command that talks to a broker takes `--bootstrap-server` and `--command-config
+FILE` (Kafka client properties, for TLS and SASL: cli/command_config.py).
 
 Each subcommand lives in its own module exposing `add_parser(subparsers)`; the parser
 sets `func`, which returns the process exit code.
@@ -13,7 +16,8 @@ from collections.abc import Sequence
 
 from tidegate import __version__
 
-SUBCOMMANDS = ("serve", "cluster", "topics", "leaders", "produce", "consume", "groups", "txn")
+SUBCOMMANDS = ("serve", "cluster", "topics", "leaders", "produce", "consume", "groups", "txn",
+               "users")
 # modules adding actions to a subcommand of another module (`topics reassign`)
 EXTENSIONS = ("reassign",)
 

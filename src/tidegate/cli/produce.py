@@ -25,7 +25,9 @@ import time
 from collections.abc import AsyncGenerator
 from typing import IO, Any
 
-from tidegate.cli.topics import add_bootstrap, parse_pairs, run_client
+from tidegate.cli.command_config import add_bootstrap, client_settings
+from tidegate.cli.topics import parse_pairs, run_client
+from tidegate.client.config import ProducerConfig
 from tidegate.client.errors import explain
 from tidegate.client.producer.producer import AsyncProducer
 from tidegate.client.types import RecordMetadata
@@ -126,12 +128,11 @@ class Progress:
 def run(args: argparse.Namespace) -> int:
     async def main() -> int:
         headers = tuple((k, v.encode()) for k, v in parse_pairs(args.header, "--header").items())
-        config: dict[str, object] = {
-            "bootstrap.servers": args.bootstrap_server,
+        config = client_settings(args, ProducerConfig, {
             "client.id": "tidegate-produce",
             "acks": args.acks,
             "compression.type": args.compression,
-        }
+        })
         config.update(parse_pairs(args.producer_property, "--producer-property"))
         sep = args.key_separator.encode() if args.key_separator else None
         if args.file:

@@ -25,8 +25,9 @@ import sys
 import time
 from typing import Any
 
+from tidegate.cli.command_config import add_bootstrap
 from tidegate.cli.leaders import partition_admin
-from tidegate.cli.topics import add_bootstrap, print_none, run_client
+from tidegate.cli.topics import print_none, run_client
 from tidegate.client.types import TopicPartition
 
 WAIT_POLL_S = 0.5
@@ -80,7 +81,7 @@ def _reassign(args: argparse.Namespace) -> int:
         return 2
 
     async def main() -> int:
-        admin, net = partition_admin(args.bootstrap_server)
+        admin, net = partition_admin(args)
         try:
             if args.list:
                 ongoing = await admin.list_partition_reassignments()

@@ -27,19 +27,15 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tidegate.cli.command_config import add_bootstrap, client_settings
 from tidegate.cli.health import ids, is_offline, is_under_replicated
 from tidegate.client.admin import AsyncAdmin
+from tidegate.client.config import AdminConfig
 from tidegate.client.errors import ConfigError, explain
 from tidegate.client.types import ConfigResource, LogDirDescription, NewTopic, PartitionInfo
 from tidegate.common.errors import KafkaError
 
-DEFAULT_BOOTSTRAP = "localhost:9092"
 FREE_SPACE_WARN_KEY = "log.dir.free.space.warn.bytes"
-
-
-def add_bootstrap(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                   help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})")
 
 
 def run_client(command: str, main: Callable[[], Awaitable[int]]) -> int:
@@ -123,8 +119,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     async def main() -> int:
-        admin = AsyncAdmin({"bootstrap.servers": args.bootstrap_server,
-                            "client.id": "tidegate-topics"})
+        admin = AsyncAdmin(client_settings(args, AdminConfig,
+                                           {"client.id": "tidegate-topics"}))
         try:
             await admin.start()
             return await ACTIONS[args.action](admin, args)

@@ -29,8 +29,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tidegate.cli.topics import add_bootstrap, print_none, run_client
+from tidegate.cli.command_config import add_bootstrap, client_settings
+from tidegate.cli.topics import print_none, run_client
 from tidegate.client.admin import AsyncAdmin
+from tidegate.client.config import AdminConfig, ProducerConfig
 from tidegate.client.producer import AsyncProducer
 from tidegate.client.types import ProducerState, TopicPartition
 from tidegate.common.errors import ErrorCode, KafkaError
@@ -89,8 +91,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     async def main() -> int:
-        async with AsyncAdmin({"bootstrap.servers": args.bootstrap_server,
-                               "client.id": "tidegate-txn"}) as admin:
+        async with AsyncAdmin(client_settings(args, AdminConfig,
+                                              {"client.id": "tidegate-txn"})) as admin:
             return await ACTIONS[args.action](admin, args)
     return run_client("txn", main)
 
@@ -271,8 +273,8 @@ async def _force_terminate(admin: AsyncAdmin, args: argparse.Namespace) -> int:
     before = (await admin.describe_transactions([tid]))[tid]
     # Without two-phase commit, so it works whatever the broker's setting; a plain
     # InitProducerId ends a prepared transaction like any other.
-    async with AsyncProducer({"bootstrap.servers": args.bootstrap_server,
-                              "client.id": "tidegate-txn", "transactional.id": tid}) as p:
+    async with AsyncProducer(client_settings(args, ProducerConfig, {
+            "client.id": "tidegate-txn", "transactional.id": tid})) as p:
         await p.init_transactions()
     if before.state == "Ongoing":
         print(f"Aborted the transaction of {tid!r} (producer {before.producer_id}, epoch "

@@ -4,7 +4,8 @@ Each method sends the matching Kafka admin request: CreateTopics, DeleteTopics a
 CreatePartitions and IncrementalAlterConfigs to the controller; DescribeConfigs and
 DescribeCluster to any broker; ListOffsets and DeleteRecords to each partition's
 leader. The transaction tools (KIP-664: list/describe transactions, describe producers,
-abort a partition's open transaction) live in `txn_admin.py`. Methods on many topics
+abort a partition's open transaction) live in `txn_admin.py`. SCRAM users (Describe/
+AlterUserScramCredentials) are in `scram_admin.py`. Methods on many topics
 return a per-topic result (None or the error); the single-topic conveniences raise the
 error instead. A NOT_CONTROLLER answer refreshes
 metadata and retries within ``default.api.timeout.ms``.
@@ -24,6 +25,12 @@ from tidegate.client.config import AdminConfig
 from tidegate.client.metadata import MetadataClient
 from tidegate.client.net import NetworkClient, Response
 from tidegate.client.offsets import list_offsets
+from tidegate.client.scram_admin import (
+    ScramCredentialInfo,
+    ScramUpsertion,
+    alter_scram,
+    describe_scram,
+)
 from tidegate.client.txn_admin import TxnAdmin
 from tidegate.client.types import (
     BrokerInfo,
@@ -349,6 +356,18 @@ class AsyncAdmin:
         """The producers each partition's leader remembers, with the start offset of
         the transaction each has open there (-1: none)."""
         return await self._txn.describe_producers(partitions)
+
+    # -- SCRAM users (client/scram_admin.py) ----------------------------------------------
+
+    async def describe_user_scram_credentials(
+            self, users: Iterable[str] | None = None,
+    ) -> dict[str, list[ScramCredentialInfo] | KafkaError]:
+        return await describe_scram(self._net, users)
+
+    async def alter_user_scram_credentials(
+            self, upsertions: Iterable[ScramUpsertion] = (),
+            deletions: Iterable[tuple[str, str]] = ()) -> dict[str, KafkaError | None]:
+        return await alter_scram(self._net, upsertions, deletions)
 
     async def abort_transaction(self, topic: str, partition: int, producer_id: int,
                                 producer_epoch: int, coordinator_epoch: int) -> None:

@@ -121,7 +121,31 @@ def _callable(key: str, value: object) -> object:
 
 
 def _security(key: str, value: object) -> str:
-    return str(_choice("plaintext")(key, value)).upper()
+    return str(_choice("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")(key, value)).upper()
+
+
+def _pem(key: str, value: object) -> str:
+    # The standard library's ssl module reads PEM only (no JKS / PKCS12 stores).
+    return str(_choice("pem")(key, value)).upper()
+
+
+def _endpoint_algorithm(key: str, value: object) -> str:
+    # Java's clients turn host name checking off with an empty value, librdkafka's
+    # with "none": accept both.
+    if value == "":
+        return "none"
+    return str(_choice("https", "none")(key, value))
+
+
+def _mechanism(key: str, value: object) -> str | None:
+    if value is None:
+        return None
+    text = _str(key, value).strip().upper()
+    allowed = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    if text not in allowed:
+        raise ConfigError(f"{key}={value!r} is not supported: allowed values are "
+                          f"{', '.join(allowed)}")
+    return text
 
 
 def _assignors(key: str, value: object) -> tuple[str, ...]:
@@ -140,8 +164,10 @@ def _assignors(key: str, value: object) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _opt(key: str, default: object, parse: Parse) -> Any:
-    return field(default=default, metadata={"key": key, "parse": parse})
+def _opt(key: str, default: object, parse: Parse, *, secret: bool = False) -> Any:
+    # A secret (a password, a JAAS line holding one) stays out of the dataclass's repr,
+    # so logging a config never prints it.
+    return field(default=default, repr=not secret, metadata={"key": key, "parse": parse})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,6 +186,27 @@ class ClientConfig:
     metadata_max_age_ms: int = _opt("metadata.max.age.ms", 300_000, _int())
     connections_max_idle_ms: int = _opt("connections.max.idle.ms", 540_000, _int())
     security_protocol: str = _opt("security.protocol", "PLAINTEXT", _security)
+    # TLS (security.protocol SSL / SASL_SSL): librdkafka's names, and Java's PEM ones
+    # as aliases, so a properties file written for either client works (client/tls.py).
+    ssl_ca_location: str | None = _opt("ssl.ca.location", None, _opt_str)
+    ssl_truststore_location: str | None = _opt("ssl.truststore.location", None, _opt_str)
+    ssl_truststore_type: str = _opt("ssl.truststore.type", "PEM", _pem)
+    ssl_certificate_location: str | None = _opt("ssl.certificate.location", None, _opt_str)
+    ssl_key_location: str | None = _opt("ssl.key.location", None, _opt_str)
+    ssl_keystore_location: str | None = _opt("ssl.keystore.location", None, _opt_str)
+    ssl_keystore_type: str = _opt("ssl.keystore.type", "PEM", _pem)
+    ssl_key_password: str | None = _opt("ssl.key.password", None, _opt_str,
+                                         secret=True)
+    ssl_endpoint_identification_algorithm: str = _opt(
+        "ssl.endpoint.identification.algorithm", "https", _endpoint_algorithm)
+    # SASL (SASL_PLAINTEXT / SASL_SSL): sasl.mechanism is Java's key, sasl.mechanisms
+    # librdkafka's; sasl.jaas.config may carry the user and password (client/sasl.py).
+    sasl_mechanism: str | None = _opt("sasl.mechanism", None, _mechanism)
+    sasl_mechanisms: str | None = _opt("sasl.mechanisms", None, _mechanism)
+    sasl_username: str | None = _opt("sasl.username", None, _opt_str)
+    sasl_password: str | None = _opt("sasl.password", None, _opt_str, secret=True)
+    sasl_jaas_config: str | None = _opt("sasl.jaas.config", None, _opt_str,
+                                          secret=True)
 
     @classmethod
     def keys(cls) -> dict[str, dataclasses.Field[Any]]:

@@ -67,6 +67,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     35: (1, 4),    # DescribeLogDirs (v4: volume total/usable bytes)
     37: (0, 3),    # CreatePartitions
     44: (0, 1),    # IncrementalAlterConfigs
+    50: (0, 0),    # DescribeUserScramCredentials
+    51: (0, 0),    # AlterUserScramCredentials
     60: (0, 1),    # DescribeCluster
 }
 

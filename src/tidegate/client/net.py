@@ -10,6 +10,14 @@ connection (as Kafka's NetworkClient does) and fails everything in flight on it.
 `NetworkClient` maps node ids to connections, bootstraps from ``bootstrap.servers``
 and reconnects with exponential backoff from ``reconnect.backoff.ms`` to
 ``reconnect.backoff.max.ms`` (with 20% jitter), as Kafka's clients do.
+
+On a secured listener (``security.protocol`` SSL, SASL_PLAINTEXT or SASL_SSL) opening
+a connection also does the TLS handshake and, after ApiVersions, the SASL login
+(client/security.py). A refused login or an untrusted certificate is an
+`AuthenticationError`, never retried. When the broker limits the SASL session
+(``connections.max.reauth.ms``), a connection is retired at 85% of its lifetime, as
+Kafka's clients re-authenticate between 85% and 95%: new requests open a fresh
+connection and the old one closes once its in-flight requests are answered.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import asyncio
 import contextlib
 import os
 import random
+import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +38,13 @@ from tidegate.client.errors import (
     KafkaConnectionError,
     ProtocolError,
     RequestTimedOutError,
+)
+from tidegate.client.security import (
+    AuthenticationError,
+    ClientSecurity,
+    SslHandshakeError,
+    describe_tls_failure,
+    sasl_login,
 )
 from tidegate.client.tasks import cancel_and_wait
 from tidegate.client.types import BrokerInfo
@@ -64,6 +80,9 @@ class BrokerConnection:
         self._closed: BaseException | None = None
         self.versions: dict[int, int] = {}
         self.broker_versions: dict[int, tuple[int, int]] = {}
+        # monotonic time after which new requests should use a fresh connection (the
+        # SASL session is about to end); None: no limit.
+        self.retire_at: float | None = None
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     def __repr__(self) -> str:
@@ -72,12 +91,19 @@ class BrokerConnection:
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str | None = "tidegate",
                    request_timeout_ms: int = 30_000, connect_timeout_ms: int = 10_000,
-                   node_id: int = -1) -> BrokerConnection:
-        """Connect and negotiate API versions; KafkaConnectionError if unreachable."""
+                   node_id: int = -1, security: ClientSecurity | None = None,
+                   ) -> BrokerConnection:
+        """Connect (TLS if `security` says so), negotiate API versions, log in with
+        SASL if configured. KafkaConnectionError if unreachable, AuthenticationError
+        (SslHandshakeError for TLS) if refused."""
+        tls = security.tls if security is not None else None
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=1 << 20),
+                asyncio.open_connection(host, port, limit=1 << 20, ssl=tls,
+                                        server_hostname=host if tls else None),
                 connect_timeout_ms / 1000)
+        except ssl.SSLError as e:
+            raise SslHandshakeError(describe_tls_failure(e, f"{host}:{port}")) from e
         except (TimeoutError, OSError) as e:
             if isinstance(e, TimeoutError):
                 why = f"no answer within {connect_timeout_ms} ms"
@@ -90,6 +116,20 @@ class BrokerConnection:
                    request_timeout_ms=request_timeout_ms, node_id=node_id)
         try:
             await conn._negotiate()
+            if security is not None and security.sasl is not None:
+                lifetime_ms = await sasl_login(conn, security.sasl)
+                if lifetime_ms > 0:
+                    conn.retire_at = time.monotonic() + 0.85 * lifetime_ms / 1000
+        except KafkaConnectionError as e:
+            await conn.close()
+            if tls is not None and "closed the connection" in str(e):
+                # A TLS listener that refuses our certificate (or has none of ours)
+                # closes right after the handshake, so the first read fails.
+                raise SslHandshakeError(
+                    f"{host}:{port} closed the TLS connection right after the handshake: "
+                    "it may require a client certificate this client does not have or "
+                    "trust (ssl.certificate.location / ssl.key.location)") from e
+            raise
         except BaseException:
             await conn.close()
             raise
@@ -117,6 +157,19 @@ class BrokerConnection:
     @property
     def closed(self) -> bool:
         return self._closed is not None
+
+    @property
+    def usable(self) -> bool:
+        """Open and, on a SASL session with a lifetime, not yet due for retirement."""
+        return self._closed is None and (
+            self.retire_at is None or time.monotonic() < self.retire_at)
+
+    async def close_when_idle(self, limit_s: float = 60.0) -> None:
+        """Close once nothing is in flight (or after `limit_s`): a retired connection."""
+        deadline = time.monotonic() + limit_s
+        while self._waiters and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await self.close()
 
     @property
     def in_flight(self) -> int:
@@ -253,6 +306,8 @@ class NetworkClient:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         self.bootstrap = [parse_address(a) for a in config.bootstrap_servers]
+        self.security = ClientSecurity.from_config(config)
+        self._retiring: set[asyncio.Task[None]] = set()
         self.nodes: dict[int, BrokerInfo] = {}
         self._conns: dict[object, BrokerConnection] = {}
         self._locks: dict[object, asyncio.Lock] = {}
@@ -265,15 +320,22 @@ class NetworkClient:
         ms = min(base, max(cfg.reconnect_backoff_max_ms, cfg.reconnect_backoff_ms))
         return float(ms * random.uniform(0.8, 1.2) / 1000)
 
+    def _retire(self, conn: BrokerConnection) -> None:
+        task = asyncio.get_running_loop().create_task(conn.close_when_idle())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
     async def _open(self, key: object, host: str, port: int, node_id: int) -> BrokerConnection:
         conn = self._conns.get(key)
-        if conn is not None and not conn.closed:
+        if conn is not None and conn.usable:
             return conn
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             conn = self._conns.get(key)
-            if conn is not None and not conn.closed:
+            if conn is not None and conn.usable:
                 return conn
+            if conn is not None and not conn.closed:
+                self._retire(conn)  # its SASL session is ending: log in afresh
             if self._closed:
                 raise KafkaConnectionError("the client is closed")
             failures, not_before = self._failures.get(key, (0, 0.0))
@@ -285,8 +347,8 @@ class NetworkClient:
                     host, port, client_id=self.config.client_id,
                     request_timeout_ms=self.config.request_timeout_ms,
                     connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
-                    node_id=node_id)
-            except KafkaConnectionError:
+                    node_id=node_id, security=self.security)
+            except (KafkaConnectionError, AuthenticationError):
                 failures += 1
                 self._failures[key] = (failures, time.monotonic() + self._backoff_s(failures))
                 raise
@@ -300,10 +362,10 @@ class NetworkClient:
         if info is None:
             raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
         conn = self._conns.get(node_id)
-        if conn is None or conn.closed:
+        if conn is None or not conn.usable:
             # Adopt a bootstrap connection to the same address instead of opening another.
             for key, other in list(self._conns.items()):
-                if isinstance(key, tuple) and not other.closed and \
+                if isinstance(key, tuple) and other.usable and \
                         (other.host, other.port) == (info.host, info.port):
                     del self._conns[key]
                     other.node_id = node_id
@@ -315,7 +377,7 @@ class NetworkClient:
         """A connection to some broker: an open one, else known brokers, else the
         bootstrap servers in order. KafkaConnectionError if none can be reached."""
         for conn in self._conns.values():
-            if not conn.closed:
+            if conn.usable:
                 return conn
         errors: list[str] = []
         candidates: list[tuple[object, str, int, int]] = [
@@ -326,6 +388,7 @@ class NetworkClient:
                 return await self._open(key, host, port, node_id)
             except KafkaConnectionError as e:
                 errors.append(str(e))
+            # AuthenticationError propagates: another broker would refuse us too.
         raise KafkaConnectionError("; ".join(dict.fromkeys(errors)) or "no brokers known")
 
     async def request(self, node_id: int | None, api_key: int, data: Mapping[str, Any], *,
@@ -341,4 +404,5 @@ class NetworkClient:
     async def close(self) -> None:
         self._closed = True
         conns, self._conns = list(self._conns.values()), {}
-        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+        await asyncio.gather(*(c.close() for c in conns), *self._retiring,
+                             return_exceptions=True)

@@ -25,6 +25,7 @@ from tidegate.client.consumer.group import CommitCallback, ConsumerGroupMetadata
 from tidegate.client.consumer.group_offsets import OffsetAndMetadata
 from tidegate.client.loop_thread import LoopThread
 from tidegate.client.producer.blocking import MAX_QUEUED, Producer
+from tidegate.client.scram_admin import ScramCredentialInfo, ScramUpsertion
 from tidegate.client.types import (
     ClusterDescription,
     ConfigEntry,
@@ -249,6 +250,16 @@ class Admin:
                           producer_epoch: int, coordinator_epoch: int) -> None:
         self._loop.run(self._async.abort_transaction(topic, partition, producer_id,
                                                      producer_epoch, coordinator_epoch))
+
+    def describe_user_scram_credentials(
+            self, users: Iterable[str] | None = None,
+    ) -> dict[str, list[ScramCredentialInfo] | KafkaError]:
+        return self._loop.run(self._async.describe_user_scram_credentials(users))
+
+    def alter_user_scram_credentials(
+            self, upsertions: Iterable[ScramUpsertion] = (),
+            deletions: Iterable[tuple[str, str]] = ()) -> dict[str, KafkaError | None]:
+        return self._loop.run(self._async.alter_user_scram_credentials(upsertions, deletions))
 
     def close(self) -> None:
         if self._closed:

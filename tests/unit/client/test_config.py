@@ -67,7 +67,7 @@ def test_unknown_key_names_the_key_and_suggests() -> None:
     (ConsumerConfig, "auto.offset.reset", "smallest", "allowed values are earliest, latest, none"),
     (ConsumerConfig, "isolation.level", "dirty", "read_uncommitted, read_committed"),
     (ConsumerConfig, "check.crcs", "yes", "must be true or false"),
-    (AdminConfig, "security.protocol", "SSL", "allowed values are plaintext"),
+    (AdminConfig, "security.protocol", "TLS", "allowed values are plaintext, ssl"),
 ])
 def test_invalid_values_name_key_and_allowed(cls: type[ProducerConfig], key: str,
                                              value: object, pattern: str) -> None:

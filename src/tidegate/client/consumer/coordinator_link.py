@@ -148,7 +148,7 @@ class CoordinatorLink:
             info.host, info.port, client_id=self.config.client_id,
             request_timeout_ms=self.config.request_timeout_ms,
             connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
-            node_id=info.node_id)
+            node_id=info.node_id, security=self.net.security)
         self.coordinator = info
         log.debug("group %s: coordinator is broker %d at %s:%d", self.group_id,
                   info.node_id, info.host, info.port)

@@ -134,7 +134,7 @@ class CoordinatorClient:
                 entry.host, int(entry.port), client_id=cfg.client_id,
                 request_timeout_ms=cfg.request_timeout_ms,
                 connect_timeout_ms=cfg.socket_connection_setup_timeout_ms,
-                node_id=int(entry.node_id))
+                node_id=int(entry.node_id), security=self.net.security)
             self._conns[k] = conn
             return conn
 
