@@ -104,27 +104,38 @@ class TxnAdmin:
                                 producer_ids: Iterable[int] = (),
                                 duration_filter_ms: int = -1) -> list[TransactionListing]:
         wanted_states, pids = list(states), [int(p) for p in producer_ids]
-        md = await self._metadata.refresh([])
-        out: list[TransactionListing] = []
-        for node in sorted(md.brokers):
-            async def ask(node: int = node) -> list[TransactionListing]:
-                conn = await self._node(node)
-                version = _version(conn, LIST_TRANSACTIONS,
-                                   least=1 if duration_filter_ms >= 0 else 0)
-                resp = await conn.request(LIST_TRANSACTIONS, {
-                    "state_filters": wanted_states, "producer_id_filters": pids,
-                    "duration_filter": duration_filter_ms}, version=version)
-                _raise(resp.error_code, f"cannot list the transactions of broker {node}")
-                if resp.unknown_state_filters:
-                    raise ValueError(
-                        f"unknown transaction state(s) {', '.join(resp.unknown_state_filters)}"
-                        "; the states are Empty, Ongoing, PrepareCommit, PrepareAbort, "
-                        "CompleteCommit, CompleteAbort, Dead, PrepareEpochFence")
-                return [TransactionListing(str(t.transactional_id), int(t.producer_id),
-                                           str(t.transaction_state), node)
-                        for t in resp.transaction_states]
-            out += await self._retrying(f"listing the transactions of broker {node}", ask)
-        return sorted(out, key=lambda t: t.transactional_id)
+
+        async def ask(node: int) -> list[TransactionListing]:
+            conn = await self._node(node)
+            version = _version(conn, LIST_TRANSACTIONS,
+                               least=1 if duration_filter_ms >= 0 else 0)
+            resp = await conn.request(LIST_TRANSACTIONS, {
+                "state_filters": wanted_states, "producer_id_filters": pids,
+                "duration_filter": duration_filter_ms}, version=version)
+            _raise(resp.error_code, f"cannot list the transactions of broker {node}")
+            if resp.unknown_state_filters:
+                raise ValueError(
+                    f"unknown transaction state(s) {', '.join(resp.unknown_state_filters)}"
+                    "; the states are Empty, Ongoing, PrepareCommit, PrepareAbort, "
+                    "CompleteCommit, CompleteAbort, Dead, PrepareEpochFence")
+            return [TransactionListing(str(t.transactional_id), int(t.producer_id),
+                                       str(t.transaction_state), node)
+                    for t in resp.transaction_states]
+
+        async def every_broker() -> list[TransactionListing]:
+            # One pass over the brokers of fresh metadata; any retriable failure
+            # restarts the whole pass. Retrying only the failing broker would wait for
+            # a dead one forever (it stays in the metadata until its ZooKeeper session
+            # expires, then leaves it) and, once it left, would miss the coordinator
+            # shards that moved to brokers already asked.
+            md = await self._metadata.refresh([])
+            out: list[TransactionListing] = []
+            for node in sorted(md.brokers):
+                out += await ask(node)
+            return out
+
+        found = await self._retrying("listing the transactions of every broker", every_broker)
+        return sorted(found, key=lambda t: t.transactional_id)
 
     # -- DescribeTransactions ----------------------------------------------------------
 

@@ -133,6 +133,15 @@ async def verify_transactional(
             str(transactional_id), producer_id, epoch, (topic, partition), add=implicit_add)
     except KafkaError as e:
         code = e.code
+    if (code == ErrorCode.none and lg.needs_verification(producer_id, epoch)
+            and lg.begin_verification(producer_id, epoch) is not guard):
+        # The guard went stale while the coordinator was asked: a marker of this
+        # producer landed meanwhile, typically the previous transaction's, which a
+        # cluster's coordinator writes to remote leaders after EndTxn has answered
+        # (it parked this verification until then). The append would be refused as
+        # unverified, fatally for the producer: make it ask again instead (asking
+        # again is always safe; a zombie's retry is refused by the coordinator).
+        code = ErrorCode.not_enough_replicas
     if code == ErrorCode.producer_fenced:
         code = ErrorCode.invalid_producer_epoch  # Produce never answers PRODUCER_FENCED
     elif code in _NOT_VERIFIED_YET:
