@@ -36,14 +36,10 @@ RF=3 here pays three replicas' CPU and fsyncs on the same hardware, unlike a rea
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,10 +48,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidegate.cli import zk_launch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROOT = "/bench"
+from bench._cluster_launch import (
+    Broker,
+    admin,
+    create_topics,
+    fsync_floor_ms,
+    launched,
+    partitions_of,
+    pct,
+    progress,
+    wait_for,
+    zookeeper_missing,
+)
+
 PARTITIONS = 3
 QUEUE = 20_000  # records a producer may hold unacknowledged: the latency under load bound
 # (label, replication factor or None for the embedded broker); the produce rows
@@ -64,153 +71,6 @@ MODES: list[tuple[str, int | None]] = [
     ("cluster RF=1", 1),
     ("cluster RF=3, min.insync.replicas=2", 3),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the bench dies, so no broker outlives a killed run."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class Broker:
-    """One `tidegate serve` process; its output appended to `<dir>.log`."""
-
-    def __init__(self, name: str, data_dir: Path, overrides: dict[str, str]) -> None:
-        self.name, self.data_dir, self.port = name, data_dir, free_port()
-        self.overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-                          "log.dirs": str(data_dir), **overrides}
-        self.log = data_dir.with_suffix(".log")
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log_from = 0
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        args = [sys.executable, "-m", "tidegate.cli.main", "serve"]
-        for k, v in self.overrides.items():
-            args += ["--override", f"{k}={v}"]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-        self._log_from = self.log.stat().st_size if self.log.exists() else 0
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                         preexec_fn=_die_with_parent)
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while b"listening on" not in self._new_output():
-            if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{self.name} did not start:\n{self.tail()}")
-            time.sleep(0.05)
-
-    def _new_output(self) -> bytes:
-        with open(self.log, "rb") as f:
-            f.seek(self._log_from)
-            return f.read()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def cpu_seconds(self) -> float:
-        """CPU time of every thread of the process so far (Linux schedstat)."""
-        if self.proc is None:
-            return 0.0
-        total = 0
-        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except (FileNotFoundError, ProcessLookupError, ValueError):
-                pass
-        return total / 1e9
-
-
-def stop_all(brokers: list[Broker], timeout: float = 30.0) -> None:
-    """SIGTERM to all at once (controlled shutdowns overlap), SIGKILL what lingers."""
-    live = [b for b in brokers if b.proc is not None and b.proc.poll() is None]
-    for b in live:
-        assert b.proc is not None
-        b.proc.terminate()
-    deadline = time.monotonic() + timeout
-    for b in live:
-        assert b.proc is not None
-        try:
-            b.proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            print(f"note: {b.name} still running {timeout:.0f} s after SIGTERM; killed. Its "
-                  f"log ends:\n{b.tail(30)}")
-        b.kill()
-
-
-def wait_for(what: str, check: Any, timeout: float, brokers: list[Broker]) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # a client error while the cluster settles
-            last = e
-        else:
-            if last:
-                return last
-        time.sleep(0.05)
-    logs = "\n".join(f"--- {b.name}\n{b.tail()}" for b in brokers)
-    raise SystemExit(f"timed out waiting for {what} (last: {last!r})\n{logs}")
-
-
-def admin(bootstrap: str) -> Any:
-    """A metadata view (librdkafka's logs off: these clients see brokers die on purpose)."""
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False,
-                        "log_level": 0})
-
-
-_T0 = time.monotonic()
-
-
-def progress(what: str) -> None:
-    print(f"[{time.monotonic() - _T0:6.1f} s] {what}", file=sys.stderr, flush=True)
-
-
-def partitions_of(client: Any, topic: str) -> dict[int, Any]:
-    md = client.list_topics(topic, timeout=5)
-    t = md.topics[topic]
-    if t.error is not None:
-        raise RuntimeError(str(t.error))
-    return dict(t.partitions)
-
-
-def create_topics(bootstrap: str, specs: list[tuple[str, int, int]],
-                  brokers: list[Broker]) -> None:
-    """Create (name, partitions, replication factor) topics, RF=3 ones with
-    min.insync.replicas=2, and wait until every partition has a leader and its whole
-    replica set in sync."""
-    from confluent_kafka.admin import NewTopic
-
-    a = admin(bootstrap)
-    new = [NewTopic(name, parts, rf, config={"min.insync.replicas": "2"} if rf == 3 else {})
-           for name, parts, rf in specs]
-    for fut in a.create_topics(new).values():
-        fut.result(60)
-    for name, _parts, rf in specs:
-        wait_for(f"leaders and full ISR of {name}", lambda n=name, r=rf: all(
-            p.leader >= 0 and len(p.isrs) == r for p in partitions_of(a, n).values()),
-            60, brokers)
 
 
 # -- load --------------------------------------------------------------------------------
@@ -328,29 +188,6 @@ def follower_fetch_missing() -> str | None:
     if "replica.selector.class" in BROKER_KEYS:
         return None
     return "not available (no replica.selector.class: KIP-392 is not implemented)"
-
-
-def pct(values: list[float], p: int) -> float:
-    if len(values) < 2:
-        return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
-
-
-def fsync_floor_ms(directory: Path, n: int) -> tuple[float, float]:
-    """Median and p99 (ms) of one 4 KiB append + fdatasync in `directory`."""
-    block, path = os.urandom(4096), directory / "fsync-floor.tmp"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    times = []
-    try:
-        for _ in range(n):
-            start = time.perf_counter()
-            os.write(fd, block)
-            os.fdatasync(fd)
-            times.append((time.perf_counter() - start) * 1000)
-    finally:
-        os.close(fd)
-        path.unlink()
-    return statistics.median(times), pct(times, 99)
 
 
 # -- failover ----------------------------------------------------------------------------
@@ -528,36 +365,18 @@ def run(args: argparse.Namespace, base: Path, res: Results) -> None:
     from confluent_kafka.admin import NewTopic
 
     missing = follower_fetch_missing()
-    zk = zk_launch.ZooKeeperSettings(data_dir=base / "zk" / "data", port=free_port(),
-                                     tick_time_ms=args.zk_tick_ms)
-    with open(base / "zookeeper.log", "ab") as out:
-        zk_proc = zk_launch.launch(zk, cfg_path=base / "zoo.cfg", output=out,
-                                   preexec_fn=_die_with_parent)
-    cluster: dict[int, Broker] = {}
-    embedded = Broker("embedded broker", base / "embedded", {})
-    try:
-        if not zk_launch.wait_until_serving("127.0.0.1", zk.port, 60, zk_proc):
-            raise SystemExit("ZooKeeper did not start:\n"
-                             + (base / "zookeeper.log").read_text(errors="replace")[-3000:])
-        for bid in (1, 2, 3):
-            overrides = {"broker.id": str(bid),
-                         "zookeeper.connect": f"127.0.0.1:{zk.port}{CHROOT}",
-                         "zookeeper.session.timeout.ms": str(args.session_ms)}
-            if missing is None:
-                overrides |= {"broker.rack": f"rack-{bid}", "replica.selector.class":
-                              "org.apache.kafka.common.replica.RackAwareReplicaSelector"}
-            cluster[bid] = Broker(f"broker {bid}", base / f"broker-{bid}", overrides)
-        everyone = [*cluster.values(), embedded]
-        progress("starting 3 cluster brokers and the embedded broker")
-        for b in everyone:
-            b.start()
-        for b in everyone:
-            b.wait_ready()
-        bootstrap = ",".join(b.bootstrap for b in cluster.values())
-        for b in cluster.values():
-            view = admin(b.bootstrap)
-            wait_for(f"{b.name} to see 3 brokers",
-                     lambda v=view: len(v.list_topics(timeout=5).brokers) == 3, 60, everyone)
+
+    def rack(bid: int) -> dict[str, str]:
+        if missing is not None:
+            return {}
+        return {"broker.rack": f"rack-{bid}", "replica.selector.class":
+                "org.apache.kafka.common.replica.RackAwareReplicaSelector"}
+
+    with launched(base, zk_tick_ms=args.zk_tick_ms, session_ms=args.session_ms,
+                  overrides=rack) as brokers:
+        cluster, embedded = brokers.cluster, brokers.embedded
+        assert embedded is not None
+        everyone, bootstrap = brokers.everyone, brokers.bootstrap
         specs = [(f"mode{m}-{r}", PARTITIONS, rf) for r in range(args.rounds)
                  for m, (_label, rf) in enumerate(MODES) if rf is not None]
         create_topics(bootstrap, [*specs, (FAILOVER_TOPIC, 1, 3)], everyone)
@@ -586,15 +405,6 @@ def run(args: argparse.Namespace, base: Path, res: Results) -> None:
         progress(f"failover: {args.kills} kills")
         res.kills, acked = failover(cluster, args.kills)
         res.check = read_back(bootstrap, acked)
-    finally:
-        progress("stopping")
-        stop_all([*cluster.values(), embedded])
-        zk_proc.terminate()
-        try:
-            zk_proc.wait(10)
-        except subprocess.TimeoutExpired:
-            zk_proc.kill()
-            zk_proc.wait()
 
 
 def report(args: argparse.Namespace, res: Results) -> None:
@@ -684,11 +494,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.records, args.rounds, args.round_trips, args.kills, args.fsyncs = 2000, 1, 20, 1, 20
-    try:
-        zk_launch.find_zookeeper_classpath()
-        zk_launch.find_java()
-    except zk_launch.ZooKeeperNotInstalledError as e:
-        raise SystemExit(str(e)) from None
+    if (why := zookeeper_missing()) is not None:
+        raise SystemExit(why)
     from confluent_kafka import libversion, version
 
     res = Results({label: [] for label, _rf in MODES})

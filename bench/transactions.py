@@ -1,26 +1,34 @@
-"""What transactions cost: produce, commit and read_committed figures, each beside its reference.
+"""What transactions cost on one broker and on 3 brokers (RF=3), each figure beside its reference.
 
-confluent-kafka (librdkafka) is the load generator; one broker (`BrokerProcess`, default
-settings: every acknowledged write fsynced) serves every part, and each figure is printed
-beside the reference measured in the same run, with the aim it is judged against.
+confluent-kafka (librdkafka) is the load generator. One run starts (through
+`bench/_cluster_launch.py`) an embedded broker and, when ZooKeeper is installed (`make
+deps-system`), ZooKeeper and 3 cluster brokers; every topic on the cluster has
+replication factor 3 and min.insync.replicas=2, and so have `__transaction_state`
+(transaction.state.log.replication.factor=3, transaction.state.log.min.isr=2) and
+`__consumer_offsets` (offsets.topic.replication.factor=3). Every other setting is
+Tidegate's default (every acknowledged write fsynced, on each replica). Each part runs on
+both targets in rotating order round after round (so drift on a shared machine hits
+both) and prints them side by side:
 
 1. Transactional vs idempotent produce: one producer, 1 KiB records, acks=all; the
    transactional producer commits every `--commit-ms` (100 ms) and blocks in
-   `commit_transaction()` as an application would. Rounds alternate the two modes (so
-   drift on a shared machine hits both); best and median rounds and the broker's CPU
-   time per record (all its threads, /proc schedstat) are printed. Aim: <= 3 % loss.
+   `commit_transaction()` as an application would (its latency and the commits/s are
+   printed too). Rounds alternate the modes; best and median rounds and the brokers'
+   CPU time per record (all their threads, /proc schedstat) are printed. Aim: <= 3 % loss.
 2. One-record transactions: `--producers` (8) producers, each in its own process (or
    thread, `--workers threads`), each looping begin / produce one record /
    `commit_transaction()` for `--seconds`, started together. Aggregate commits per
    second (those finished inside the window) and the latency of `commit_transaction()`
-   and of the whole transaction. Aim: >= 2,000 commits/s, p50 <= 5 ms. The floor beside
-   it: one fsync of this disk (4 KiB write + fdatasync in the broker's data dir,
-   median of 200), since a commit is durable only after at least one.
+   and of the whole transaction. Aim: >= 2,000 commits/s, p50 <= 5 ms (each aim's
+   verdict is printed for each target). The floor beside it: one fsync of this disk
+   (4 KiB write + fdatasync in the brokers' data dir, median of 200), since a commit is
+   durable only after one.
 3. read_committed vs read_uncommitted: the transactional topic of part 1 (all committed,
    its COMMIT markers interleaved) consumed from offset 0 by each isolation level, in
    alternating rounds. Aim: read_committed / read_uncommitted >= 0.95.
 
     .venv/bin/python bench/transactions.py [--records 200000] [--rounds 3] [--quick]
+        [--targets embedded,cluster] [--parts 1,2,3]
 """
 
 from __future__ import annotations
@@ -34,47 +42,38 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.idempotence import broker_cpu_seconds
-from tests.integration.conftest import BrokerProcess
+from bench._cluster_launch import (
+    Broker,
+    admin,
+    create_topics,
+    fsync_floor_ms,
+    launched,
+    pct,
+    progress,
+    zookeeper_missing,
+)
 
+TARGETS = {"embedded": "embedded broker", "cluster": "3 brokers, RF=3"}
+# the cluster brokers' internal topics as Kafka's defaults have them (also Tidegate's
+# cluster-mode defaults: said here so that the run does not depend on them)
+INTERNAL_RF3 = {"offsets.topic.replication.factor": "3",
+                "transaction.state.log.replication.factor": "3",
+                "transaction.state.log.min.isr": "2"}
 PRODUCE_MODES = ("idempotent", "transactional")
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
-def fsync_floor_ms(directory: Path, n: int) -> tuple[float, float]:
-    """Median and p99 (ms) of one 4 KiB append + fdatasync in `directory`."""
-    block = os.urandom(4096)
-    path = directory / "fsync-floor.tmp"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    times = []
-    try:
-        for _ in range(n):
-            start = time.perf_counter()
-            os.write(fd, block)
-            os.fdatasync(fd)
-            times.append((time.perf_counter() - start) * 1000)
-    finally:
-        os.close(fd)
-        path.unlink()
-    return statistics.median(times), _pct(times, 99)
-
-
-def _pct(values: list[float], p: int) -> float:
-    if len(values) < 2:
-        return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100)[p - 1]
-
-
 def produce(bootstrap: str, topic: str, n: int, size: int, txn_id: str | None,
-            commit_ms: int, queue: int) -> tuple[float, int]:
+            commit_ms: int, queue: int) -> tuple[float, list[float]]:
     """Records per second from the first produce() to the last acknowledgement (for a
-    transactional producer, the last commit), and the number of transactions. At most
+    transactional producer, the last commit), and each commit_transaction()'s time (ms:
+    the flush of what is still queued, then EndTxn and its markers). At most
     `queue` records wait in the client, so produce() keeps pace with the broker and a
     transaction holds what was sent in `commit_ms` (an unbounded queue would make each
     commit wait for seconds of backlog)."""
@@ -112,7 +111,7 @@ def produce(bootstrap: str, topic: str, n: int, size: int, txn_id: str | None,
         p.init_transactions(30)
     p.list_topics(topic, timeout=10)  # connected, metadata and producer id before the clock
     interval = commit_ms / 1000
-    txns = 0
+    commits: list[float] = []
     start = time.perf_counter()
     if txn_id is None:
         for i in range(n):
@@ -127,12 +126,13 @@ def produce(bootstrap: str, topic: str, n: int, size: int, txn_id: str | None,
             while i < n and (i % 64 or time.perf_counter() < until):
                 send(i)
                 i += 1
+            t0 = time.perf_counter()
             p.commit_transaction(60)  # flushes, then commits
-            txns += 1
+            commits.append((time.perf_counter() - t0) * 1000)
     elapsed = time.perf_counter() - start
     if failures:
         raise SystemExit(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
-    return n / elapsed, txns
+    return n / elapsed, commits
 
 
 def one_record_txns(bootstrap: str, topic: str, txn_id: str, start_at: float,
@@ -258,87 +258,138 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def run(args: argparse.Namespace) -> None:
-    from confluent_kafka import libversion, version
-    from confluent_kafka.admin import AdminClient, NewTopic
+@dataclass
+class Target:
+    """What one part of the run measured on one target (the embedded broker or the cluster)."""
 
-    res = Results({m: [] for m in PRODUCE_MODES}, {m: [] for m in PRODUCE_MODES}, [], [], [],
-                  {lv: [] for lv in ISOLATION_LEVELS})
-    with tempfile.TemporaryDirectory(prefix="tidegate-bench-",
-                                     dir=os.environ.get("TIDEGATE_BENCH_DIR")) as tmp:
-        data = Path(tmp) / "data"
-        data.mkdir()
-        res.floor = fsync_floor_ms(data, args.fsyncs)
-        broker = BrokerProcess(data)
-        broker.start()
-        try:
-            assert broker.proc is not None
-            pid = broker.proc.pid
-            bs = broker.bootstrap
-            admin = AdminClient({"bootstrap.servers": bs})
-            topics = [f"{m}-{r}" for r in range(args.rounds) for m in PRODUCE_MODES]
-            topics += ["warmup", "one-record"]
-            fs = admin.create_topics([NewTopic(t, args.partitions, 1) for t in topics])
-            for f in fs.values():
-                f.result(30)
-            del admin  # its connection would log the broker's shutdown
-            for txn_id in (None, "bench-warmup"):  # both modes: connections, page cache
-                produce(bs, "warmup", max(args.records // 5, 1000), args.size, txn_id,
-                        args.commit_ms, args.queue)
-            for r in range(args.rounds if 1 in args.parts or 3 in args.parts else 0):
-                for mode in _rotated(PRODUCE_MODES, r):  # part 1, alternating
-                    before = broker_cpu_seconds(pid)
-                    txn_id = f"bench-produce-{r}" if mode == "transactional" else None
-                    rate, k = produce(bs, f"{mode}-{r}", args.records, args.size, txn_id,
-                                      args.commit_ms, args.queue)
-                    res.rates[mode].append(rate)
-                    res.cpu[mode].append((broker_cpu_seconds(pid) - before) / args.records * 1e6)
-                    if txn_id is not None:
-                        res.txns.append(k)
-            for r in range(args.rounds if 2 in args.parts else 0):
-                before = broker_cpu_seconds(pid)
-                rate, commits, whole = commit_round(bs, "one-record", args.producers,
-                                                    args.partitions, args.seconds,
-                                                    args.workers, r)
-                cpu_ms = (broker_cpu_seconds(pid) - before) * 1000 / len(commits)
-                res.commit_rates.append(rate)
-                res.commit_p.append((statistics.median(commits), _pct(commits, 99),
-                                     statistics.median(whole), _pct(whole, 99), cpu_ms))
-            for r in range(args.rounds if 3 in args.parts else 0):
-                for level in _rotated(ISOLATION_LEVELS, r):  # part 3, alternating, same data
-                    res.reads[level].append(consume(bs, "transactional-0", args.records,
-                                                    args.partitions, level))
-        finally:
-            broker.stop()
-    v = version()
-    v = v if isinstance(v, str) else v[0]
-    res.client = f"confluent-kafka {v} (librdkafka {libversion()[0]})"
-    report(args, res)
+    rates: dict[str, list[float]] = field(  # part 1: records/s per mode, one per round
+        default_factory=lambda: {m: [] for m in PRODUCE_MODES})
+    cpu: dict[str, list[float]] = field(  # part 1: the brokers' CPU us per record
+        default_factory=lambda: {m: [] for m in PRODUCE_MODES})
+    txn_commits: list[list[float]] = field(default_factory=list)  # part 1: commit ms per round
+    txn_rates: list[float] = field(default_factory=list)  # part 1: commits/s per round
+    commit_rates: list[float] = field(default_factory=list)  # part 2: commits/s per round
+    # part 2, per round: commit p50, p99, whole-transaction p50, p99 (ms), broker CPU ms/commit
+    commit_p: list[tuple[float, float, float, float, float]] = field(default_factory=list)
+    reads: dict[str, list[float]] = field(  # part 3: records/s per isolation level
+        default_factory=lambda: {lv: [] for lv in ISOLATION_LEVELS})
 
 
 @dataclass
 class Results:
-    rates: dict[str, list[float]]  # part 1: records/s per mode, one per round
-    cpu: dict[str, list[float]]  # part 1: broker CPU us per record
-    txns: list[int]  # part 1: transactions per transactional round
-    commit_rates: list[float]  # part 2: aggregate commits/s per round
-    # part 2, per round: commit p50, p99, whole-transaction p50, p99 (ms), broker CPU ms/commit
-    commit_p: list[tuple[float, float, float, float, float]]
-    reads: dict[str, list[float]]  # part 3: records/s per isolation level
+    targets: dict[str, Target]
     floor: tuple[float, float] = (0.0, 0.0)  # one 4 KiB fdatasync, median and p99 (ms)
+    load: tuple[float, float] = (0.0, 0.0)  # load average at start and at end
     client: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _cpu(brokers: list[Broker]) -> float:
+    return sum(b.cpu_seconds() for b in brokers)
+
+
+def measure(args: argparse.Namespace, res: Results, where: dict[str, tuple[str, list[Broker]]]
+            ) -> None:
+    """The three parts, each target in turn within a round, the order rotating by round."""
+    names = tuple(where)
+    combos = tuple(f"{t}:{m}" for t in names for m in PRODUCE_MODES)
+    for r in range(args.rounds if 1 in args.parts or 3 in args.parts else 0):
+        for combo in _rotated(combos, r):  # part 1
+            t, mode = combo.split(":")
+            (bs, brokers), out = where[t], res.targets[t]
+            progress(f"round {r + 1}/{args.rounds}: produce, {TARGETS[t]}, {mode}")
+            before = _cpu(brokers)
+            txn_id = f"bench-produce-{r}" if mode == "transactional" else None
+            rate, commits = produce(bs, f"{mode}-{r}", args.records, args.size, txn_id,
+                                    args.commit_ms, args.queue)
+            out.rates[mode].append(rate)
+            out.cpu[mode].append((_cpu(brokers) - before) / args.records * 1e6)
+            if txn_id is not None:
+                out.txn_commits.append(commits)
+                out.txn_rates.append(len(commits) * rate / args.records)
+    for r in range(args.rounds if 2 in args.parts else 0):
+        for t in _rotated(names, r):  # part 2
+            (bs, brokers), out = where[t], res.targets[t]
+            progress(f"round {r + 1}/{args.rounds}: one-record transactions, {TARGETS[t]}")
+            before = _cpu(brokers)
+            rate, commits, whole = commit_round(bs, "one-record", args.producers,
+                                                args.partitions, args.seconds,
+                                                args.workers, r)
+            cpu_ms = (_cpu(brokers) - before) * 1000 / len(commits)
+            out.commit_rates.append(rate)
+            out.commit_p.append((statistics.median(commits), pct(commits, 99),
+                                 statistics.median(whole), pct(whole, 99), cpu_ms))
+    for r in range(args.rounds if 3 in args.parts else 0):
+        for t in _rotated(names, r):  # part 3, same data
+            progress(f"round {r + 1}/{args.rounds}: consume, {TARGETS[t]}")
+            for level in _rotated(ISOLATION_LEVELS, r):
+                res.targets[t].reads[level].append(consume(
+                    where[t][0], "transactional-0", args.records, args.partitions, level))
+
+
+def run(args: argparse.Namespace, res: Results) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    topics = [f"{m}-{r}" for r in range(args.rounds) for m in PRODUCE_MODES]
+    topics += ["warmup", "one-record"]
+    with tempfile.TemporaryDirectory(prefix="tidegate-bench-",
+                                     dir=os.environ.get("TIDEGATE_BENCH_DIR")) as tmp:
+        base = Path(tmp)
+        res.floor = fsync_floor_ms(base, args.fsyncs)
+        with launched(base, session_ms=None, cluster="cluster" in args.targets,
+                      embedded="embedded" in args.targets,
+                      overrides=lambda _bid: INTERNAL_RF3) as brokers:
+            where: dict[str, tuple[str, list[Broker]]] = {}
+            if brokers.embedded is not None:
+                single = admin(brokers.embedded.bootstrap)
+                for f in single.create_topics([NewTopic(t, args.partitions, 1)
+                                               for t in topics]).values():
+                    f.result(30)
+                del single  # its connection would log the broker's shutdown
+                where["embedded"] = (brokers.embedded.bootstrap, [brokers.embedded])
+            if brokers.cluster:
+                create_topics(brokers.bootstrap, [(t, args.partitions, 3) for t in topics],
+                              brokers.everyone)
+                where["cluster"] = (brokers.bootstrap, list(brokers.cluster.values()))
+            # both modes and both isolation levels once, untimed: connections, page cache,
+            # and on the cluster the creation of __transaction_state and __consumer_offsets
+            warm = max(args.records // 5, 1000)
+            for t, (bs, _brokers) in where.items():
+                progress(f"warm-up, {TARGETS[t]}")
+                for txn_id in (None, "bench-warmup"):
+                    produce(bs, "warmup", warm, args.size, txn_id, args.commit_ms, args.queue)
+                for level in ISOLATION_LEVELS:
+                    consume(bs, "warmup", 2 * warm, args.partitions, level)
+            measure(args, res, where)
+
+
+def _row(label: str, values: list[str], aim: str = "", width: int = 14) -> None:
+    line = f"  {label:40}" + "".join(f"{v:>{width}}" for v in values)
+    print((line + (f"   {aim}" if aim else "")).rstrip())
+
+
+def _aim(name: str, oks: dict[str, bool]) -> str:
+    return f"{name}: " + ", ".join(f"{t} {_verdict(ok)}" for t, ok in oks.items())
 
 
 def report(args: argparse.Namespace, res: Results) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, {res.client}")
+          f"Python {platform.python_version()}, {res.client}; load average "
+          f"{res.load[0]:.2f} at start, {res.load[1]:.2f} at end")
     print(f"disk floor: 4 KiB write + fdatasync in the data dir, {args.fsyncs} times: "
           f"median {res.floor[0]:.2f} ms, p99 {res.floor[1]:.2f} ms")
-    if res.txns:
+    print("targets: " + "; ".join(f"{t}: {TARGETS[t]}" for t in res.targets)
+          + (" (ZooKeeper and 3 brokers on this machine's cores and disk; every topic "
+             "min.insync.replicas=2, " + ", ".join(f"{k}={v}" for k, v in INTERNAL_RF3.items())
+             + ")" if "cluster" in res.targets else ""))
+    for note in res.notes:
+        print(f"note: {note}")
+    ts = list(res.targets.values())
+    if ts and ts[0].txn_commits:
         _report_produce(args, res)
-    if res.commit_rates:
+    if ts and ts[0].commit_rates:
         _report_commits(args, res)
-    if res.reads["read_committed"]:
+    if ts and ts[0].reads["read_committed"]:
         _report_reads(args, res)
 
 
@@ -346,59 +397,85 @@ def _report_produce(args: argparse.Namespace, res: Results) -> None:
     med = statistics.median
     print(f"\n1. produce, one producer, {args.records:,} x {args.size} B, acks=all, "
           f"{args.partitions} partitions, {args.rounds} rounds alternated; transactional "
-          f"commits every {args.commit_ms} ms ({med(res.txns):.0f} transactions per round)")
-    print(f"  {'':34}{'idempotent':>14}{'transactional':>15}{'difference':>12}   aim")
-    for label, values, fmt in (
-        ("records/s, best round", {m: max(v) for m, v in res.rates.items()}, ",.0f"),
-        ("records/s, median", {m: med(v) for m, v in res.rates.items()}, ",.0f"),
-        ("broker CPU us/record, median", {m: med(v) for m, v in res.cpu.items()}, ".2f"),
-    ):
-        idem, txn = values["idempotent"], values["transactional"]
-        diff = (txn / idem - 1) * 100
-        aim = f"<= 3 % loss: {_verdict(-diff <= 3)}" if label.startswith("records/s") else ""
-        print(f"  {label:34}{idem:>14{fmt}}{txn:>15{fmt}}{diff:>+11.1f}%   {aim}")
-    # each transactional round beside the idempotent one next to it in time
-    paired = [t / i for t, i in zip(res.rates["transactional"], res.rates["idempotent"])]
-    diff = (med(paired) - 1) * 100
-    print(f"  {'records/s, same-round ratio, median':34}{'':>14}{med(paired):>15.3f}"
-          f"{diff:>+11.1f}%   <= 3 % loss: {_verdict(-diff <= 3)}")
-    for m in PRODUCE_MODES:
-        print(f"  rounds {m + ':':27}{', '.join(f'{x:,.0f}' for x in res.rates[m])}")
+          f"commits every {args.commit_ms} ms")
+    print(f"  {'':40}" + "".join(f"{TARGETS[t]:>45}" for t in res.targets))
+    _row("", [h for _t in res.targets for h in ("idempotent", "transactional", "difference")],
+         width=15)
+    oks: dict[str, bool] = {}
+    for label, key, fmt in (("records/s, best round", max, ",.0f"),
+                            ("records/s, median", med, ",.0f"),
+                            ("broker CPU us/record, median", None, ".2f")):
+        cells: list[str] = []
+        for t, out in res.targets.items():
+            vals = {m: key(out.rates[m]) if key else med(out.cpu[m]) for m in PRODUCE_MODES}
+            diff = (vals["transactional"] / vals["idempotent"] - 1) * 100
+            cells += [f"{vals['idempotent']:{fmt}}", f"{vals['transactional']:{fmt}}",
+                      f"{diff:+.1f}%"]
+            oks[t] = -diff <= 3
+        _row(label, cells, _aim("<= 3 % loss", oks) if key else "", width=15)
+    cells = []
+    for t, out in res.targets.items():  # each transactional round beside its idempotent one
+        paired = med([x / i for x, i in zip(out.rates["transactional"],
+                                            out.rates["idempotent"])])
+        cells += ["", f"{paired:.3f}", f"{(paired - 1) * 100:+.1f}%"]
+        oks[t] = (1 - paired) * 100 <= 3
+    _row("records/s, same-round ratio, median", cells, _aim("<= 3 % loss", oks), width=15)
+    for label, fn in (("commit every 100 ms: commit p50, ms", lambda c: med(c)),
+                      ("commit every 100 ms: commit p99, ms", lambda c: pct(c, 99))):
+        cells = []
+        for out in res.targets.values():
+            cells += ["", f"{med([fn(c) for c in out.txn_commits]):.2f}", ""]
+        _row(label.replace("100", str(args.commit_ms)), cells, width=15)
+    cells = [c for out in res.targets.values()
+             for c in ("", f"{med(out.txn_rates):.1f}", "")]
+    _row(f"commit every {args.commit_ms} ms: commits/s", cells, width=15)
+    for t, out in res.targets.items():
+        for m in PRODUCE_MODES:
+            print(f"  rounds, {TARGETS[t]}, {m}: {', '.join(f'{x:,.0f}' for x in out.rates[m])}")
 
 
 def _report_commits(args: argparse.Namespace, res: Results) -> None:
     med = statistics.median
     print(f"\n2. one-record transactions, {args.producers} producers ({args.workers}), "
-          f"{args.seconds:g} s x {args.rounds} rounds")
-    print(f"  {'':34}{'best':>14}{'median':>15}{'fsync floor':>12}   aim")
-    best_r, med_r = max(res.commit_rates), med(res.commit_rates)
-    print(f"  {'commits/s, aggregate':34}{best_r:>14,.0f}{med_r:>15,.0f}{'':>12}   "
-          f">= 2,000: {_verdict(med_r >= 2000)}")
+          f"{args.seconds:g} s x {args.rounds} rounds alternated; medians of the rounds")
+    names = list(res.targets)
+    ratio = names == ["embedded", "cluster"]
+    _row("", [TARGETS[t] for t in names] + (["cluster/embedded"] if ratio else [])
+         + ["fsync floor"], width=18)
+
+    def line(label: str, vals: dict[str, float], fmt: str, floor: str = "",
+             aim: str = "") -> None:
+        extra = [f"{vals['cluster'] / vals['embedded']:.2f}x"] if ratio else []
+        _row(label, [f"{vals[t]:{fmt}}" for t in names] + extra + [floor], aim, width=18)
+
+    rates = {t: med(out.commit_rates) for t, out in res.targets.items()}
+    line("commits/s, aggregate", rates, ",.0f",
+         aim=_aim(">= 2,000", {t: r >= 2000 for t, r in rates.items()}))
     labels = ("commit_transaction() p50, ms", "commit_transaction() p99, ms",
               "whole transaction p50, ms", "whole transaction p99, ms")
-    p50 = med([c[0] for c in res.commit_p])
     for k, label in enumerate(labels):
-        vals = [c[k] for c in res.commit_p]
-        fl = res.floor[k % 2]
-        aim = f"<= 5 ms: {_verdict(p50 <= 5)}" if k == 0 else ""
-        print(f"  {label:34}{min(vals):>14.2f}{med(vals):>15.2f}{fl:>12.2f}   {aim}")
-    cpu = [c[4] for c in res.commit_p]
-    print(f"  {'broker CPU ms per commit':34}{min(cpu):>14.2f}{med(cpu):>15.2f}")
-    print(f"  rounds, commits/s: {', '.join(f'{x:,.0f}' for x in res.commit_rates)}")
+        vals = {t: med([c[k] for c in out.commit_p]) for t, out in res.targets.items()}
+        aim = _aim("<= 5 ms", {t: v <= 5 for t, v in vals.items()}) if k == 0 else ""
+        line(label, vals, ".2f", f"{res.floor[k % 2]:.2f}", aim)
+    line("broker CPU ms per commit (all brokers)",
+         {t: med([c[4] for c in out.commit_p]) for t, out in res.targets.items()}, ".2f")
+    for t, out in res.targets.items():
+        print(f"  rounds, {TARGETS[t]}, commits/s: "
+              f"{', '.join(f'{x:,.0f}' for x in out.commit_rates)}")
 
 
 def _report_reads(args: argparse.Namespace, res: Results) -> None:
     med = statistics.median
-    rc, ru = res.reads["read_committed"], res.reads["read_uncommitted"]
     print(f"\n3. consume {args.records:,} transactional records (all committed) from offset "
-          f"0, {args.rounds} rounds alternated")
-    print(f"  {'':34}{'best':>14}{'median':>15}")
+          f"0, {args.rounds} rounds alternated; medians")
+    _row("", [TARGETS[t] for t in res.targets], width=18)
     for level in ISOLATION_LEVELS:
-        vals = res.reads[level]
-        print(f"  {level + ', records/s':34}{max(vals):>14,.0f}{med(vals):>15,.0f}")
-    ratio = med(rc) / med(ru)
-    print(f"  {'read_committed / read_uncommitted':34}{max(rc) / max(ru):>14.2f}{ratio:>15.2f}"
-          f"{'':>12}   >= 0.95: {_verdict(ratio >= 0.95)}")
+        _row(f"{level}, records/s",
+             [f"{med(out.reads[level]):,.0f}" for out in res.targets.values()], width=18)
+    ratios = {t: med(out.reads["read_committed"]) / med(out.reads["read_uncommitted"])
+              for t, out in res.targets.items()}
+    _row("read_committed / read_uncommitted", [f"{x:.2f}" for x in ratios.values()],
+         _aim(">= 0.95", {t: x >= 0.95 for t, x in ratios.items()}), width=18)
 
 
 def main() -> None:
@@ -415,14 +492,32 @@ def main() -> None:
     ap.add_argument("--queue", type=int, default=10_000,
                     help="part 1: records that may wait in the client (both modes)")
     ap.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 1,3")
+    ap.add_argument("--targets", default="embedded,cluster",
+                    help="embedded (one broker) and/or cluster (ZooKeeper + 3 brokers, RF=3)")
     ap.add_argument("--quick", action="store_true",
                     help="a short smoke run: few records, 1 round, 2 producers for 1 s")
     args = ap.parse_args()
     args.parts = {int(x) for x in args.parts.split(",")}
+    args.targets = [t for t in TARGETS if t in args.targets.split(",")]
     if args.quick:
         args.records, args.rounds, args.producers, args.seconds = 3000, 1, 2, 1.0
         args.fsyncs, args.workers = 20, "threads"
-    run(args)
+    res = Results({})
+    if "cluster" in args.targets and (why := zookeeper_missing()) is not None:
+        args.targets.remove("cluster")
+        res.notes.append(f"cluster not measured: {why}")
+    if not args.targets:
+        raise SystemExit("nothing to measure (--targets)")
+    res.targets = {t: Target() for t in args.targets}
+    from confluent_kafka import libversion, version
+
+    v = version()  # a str in some releases, a (str, int) tuple in others
+    res.client = (f"confluent-kafka {v if isinstance(v, str) else v[0]} "
+                  f"(librdkafka {libversion()[0]})")
+    res.load = (os.getloadavg()[0], 0.0)
+    run(args, res)
+    res.load = (res.load[0], os.getloadavg()[0])
+    report(args, res)
 
 
 if __name__ == "__main__":
