@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run install deps-system deps-node fuzz-c lint typecheck layers unit test soak bench demo demo-cluster clean
+.PHONY: run install deps-system deps-node fuzz-c lint typecheck layers unit test soak bench demo demo-cluster demo-tidegate-cluster clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -145,6 +145,42 @@ demo-cluster: install
 	  ready $(DEMO_CLUSTER_DIR)/broker.log "listening on" || exit 1; \
 	  echo "broker on 127.0.0.1:$(DEMO_PORT), Spark master spark://127.0.0.1:$(CLUSTER_PORT) (logs: $(DEMO_CLUSTER_DIR))"; \
 	  $(BIN)/python examples/spark_pipeline.py 127.0.0.1:$(DEMO_PORT) --master spark://127.0.0.1:$(CLUSTER_PORT)
+
+# The same again against a 3-broker Tidegate cluster (`tidegate cluster up`: a ZooKeeper
+# and brokers on TG_CLUSTER_PORT..+2), every topic with replication factor 3 and
+# min.insync.replicas 2, internal ones included. Needs Debian's zookeeper (make
+# deps-system). The launcher stops the brokers and ZooKeeper when the example ends;
+# data, logs and the Spark directories are under DEMO_TG_CLUSTER_DIR.
+TG_CLUSTER_PORT     ?= 19192
+TG_CLUSTER_ZK_PORT  ?= 12181
+DEMO_TG_CLUSTER_DIR ?= /tmp/tidegate-demo-tidegate-cluster
+demo-tidegate-cluster: install deps-system
+	@rm -rf $(DEMO_TG_CLUSTER_DIR) && mkdir -p $(DEMO_TG_CLUSTER_DIR)/spark
+	@export SPARK_HOME=$$($(BIN)/python -c "import os, pyspark; print(os.path.dirname(pyspark.__file__))") \
+	    SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python; \
+	  ready() { for i in $$(seq 900); do grep -q "$$2" $$1 2>/dev/null && return 0; sleep 0.1; done; \
+	    cat $$1; return 1; }; \
+	  $(BIN)/tidegate cluster up --brokers 3 --dir $(DEMO_TG_CLUSTER_DIR)/tidegate \
+	    --base-port $(TG_CLUSTER_PORT) --zk-port $(TG_CLUSTER_ZK_PORT) \
+	    --override default.replication.factor=3 --override min.insync.replicas=2 \
+	    --override offsets.topic.replication.factor=3 \
+	    --override transaction.state.log.replication.factor=3 \
+	    --override transaction.state.log.min.isr=2 \
+	    >$(DEMO_TG_CLUSTER_DIR)/cluster.log 2>&1 & tg=$$!; pids=; \
+	  trap 'kill $$pids 2>/dev/null; kill $$tg 2>/dev/null; wait $$tg' EXIT; \
+	  $$SPARK_HOME/bin/spark-class org.apache.spark.deploy.master.Master --host 127.0.0.1 \
+	    --port $(CLUSTER_PORT) --webui-port 0 >$(DEMO_TG_CLUSTER_DIR)/spark/master.log 2>&1 & \
+	  pids="$$pids $$!"; ready $(DEMO_TG_CLUSTER_DIR)/spark/master.log "New state: ALIVE" || exit 1; \
+	  for w in 1 2; do mkdir -p $(DEMO_TG_CLUSTER_DIR)/spark/worker-$$w; \
+	    $$SPARK_HOME/bin/spark-class org.apache.spark.deploy.worker.Worker --host 127.0.0.1 \
+	      --cores 1 --memory 1g --webui-port 0 --work-dir $(DEMO_TG_CLUSTER_DIR)/spark/worker-$$w \
+	      spark://127.0.0.1:$(CLUSTER_PORT) >$(DEMO_TG_CLUSTER_DIR)/spark/worker-$$w.log 2>&1 & \
+	    pids="$$pids $$!"; done; \
+	  for w in 1 2; do ready $(DEMO_TG_CLUSTER_DIR)/spark/worker-$$w.log "Successfully registered" || exit 1; done; \
+	  ready $(DEMO_TG_CLUSTER_DIR)/cluster.log "^Bootstrap servers:" || exit 1; \
+	  bootstrap=$$(sed -n 's/^Bootstrap servers: //p' $(DEMO_TG_CLUSTER_DIR)/cluster.log); \
+	  echo "Tidegate cluster $$bootstrap (3 brokers, RF 3), Spark master spark://127.0.0.1:$(CLUSTER_PORT) (logs: $(DEMO_TG_CLUSTER_DIR))"; \
+	  $(BIN)/python examples/spark_pipeline.py $$bootstrap --master spark://127.0.0.1:$(CLUSTER_PORT)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info

@@ -36,7 +36,11 @@ def main() -> None:
     run = uuid.uuid4().hex[:8]
     payments, totals = f"payments-{run}", f"account-totals-{run}"
     with Admin({"bootstrap.servers": bootstrap}) as admin:
-        admin.create_topics([NewTopic(payments, 3), NewTopic(totals, 1)])
+        # replication factor -1: the broker's default.replication.factor (1 on one
+        # broker, 3 on `make demo-tidegate-cluster`'s cluster, whose min.insync.replicas
+        # of 2 would refuse every write to a topic with a single replica)
+        admin.create_topics([NewTopic(payments, 3, replication_factor=-1),
+                             NewTopic(totals, 1, replication_factor=-1)])
 
     expected: dict[str, int] = {}
     with Producer({"bootstrap.servers": bootstrap,

@@ -38,6 +38,8 @@ from tidegate.protocol.messages import ms
 
 __all__ = ["TxnAdmin"]
 
+TXN_STATE_TOPIC = "__transaction_state"
+
 WRITE_TXN_MARKERS, FIND_COORDINATOR, DESCRIBE_PRODUCERS = 27, 10, 61
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 TRANSACTION_KEY = 1
@@ -127,8 +129,17 @@ class TxnAdmin:
             # restarts the whole pass. Retrying only the failing broker would wait for
             # a dead one forever (it stays in the metadata until its ZooKeeper session
             # expires, then leaves it) and, once it left, would miss the coordinator
-            # shards that moved to brokers already asked.
-            md = await self._metadata.refresh([])
+            # shards that moved to brokers already asked. A `__transaction_state`
+            # partition without a live leader is a shard no broker would list: wait.
+            md = await self._metadata.refresh([TXN_STATE_TOPIC])
+            state = md.topic(TXN_STATE_TOPIC)
+            orphans = [] if state is None else sorted(
+                p for p in state.partitions
+                if md.leader_for(TopicPartition(TXN_STATE_TOPIC, p)) is None)
+            if orphans:
+                raise error_for_code(
+                    ErrorCode.coordinator_not_available.value,
+                    f"{TXN_STATE_TOPIC} partitions {orphans[:5]} have no live leader")
             out: list[TransactionListing] = []
             for node in sorted(md.brokers):
                 out += await ask(node)
