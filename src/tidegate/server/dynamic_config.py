@@ -67,7 +67,8 @@ def _k(name: str, typ: ConfigType, default: object, doc: str, v: object = _ANY) 
 
 
 _NOT_HERE = "Accepted and stored; Tidegate runs one asyncio process and does not use it."
-_NO_TLS = "Accepted and stored; Tidegate serves PLAINTEXT listeners only."
+_NO_TLS = ("Accepted and stored; listeners read their TLS and SASL settings from the "
+           "broker's properties at start (docs/security.md).")
 
 # Keystore/truststore keys: Kafka accepts them only with a listener prefix.
 _SSL_RECONFIGURABLE = frozenset(
