@@ -62,7 +62,9 @@ class ManualPipeline(_TidegatePipeline):
 PIPELINES = {"helper": HelperPipeline, "manual": ManualPipeline}
 
 
-@pytest.mark.parametrize("mode", sorted(PIPELINES))
+@pytest.mark.parametrize("mode", ["helper", pytest.param("manual", marks=[
+    pytest.mark.slow, pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
+                                         reason="soak run: `make soak` (TIDEGATE_SOAK=1)")])])
 def test_tidegate_processor_exactly_once_under_kill9(tmp_path: Path, mode: str) -> None:
     run_pipeline(tmp_path, n=10_000, processor_kills=8, broker_kills=1, budget=150,
                  seed=7, pipeline=PIPELINES[mode])

@@ -23,10 +23,9 @@ internal ones included, is byte-identical on the three brokers.
    a second here), so that the copy is still going on while the brokers fail (with the
    single-broker test's 50-800, 10,000 values are copied before the first fault).
 
-`make test`: the history for ~45 s and the copier over 6,000 values with three broker
-faults (about a minute each). `make soak` (TIDEGATE_SOAK=1): the history for 10
-minutes, the copier over 100,000 values with confluent-kafka and with Tidegate's own
-processor.
+`make test`: the history for ~45 s. `make soak` (TIDEGATE_SOAK=1): the copier over 6,000
+values with three broker faults (about a minute), the history for 10 minutes, the
+copier over 100,000 values with confluent-kafka and with Tidegate's own processor.
 """
 
 from __future__ import annotations
@@ -75,6 +74,8 @@ def test_history_on_the_cluster_soak(tmp_path: Path) -> None:
                  target=_history_target(tmp_path, 6))
 
 
+@pytest.mark.slow
+@SOAK
 def test_copier_exactly_once_on_the_cluster(tmp_path: Path) -> None:
     run_pipeline(tmp_path, n=6_000, processor_kills=4, broker_kills=3, budget=150, seed=5,
                  pipeline=SmallBatchPipeline,

@@ -40,6 +40,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient, TransactionDescription
@@ -176,6 +177,8 @@ def test_transactions_across_brokers(tmp_path: Path) -> None:
     assert diverging_replicas(c, ["orders"]) == ["orders-0"]
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not SOAK, reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
 def test_txn_coordinator_killed_mid_stream(tmp_path: Path) -> None:
     rounds = 4 if SOAK else 1
     c = txn_cluster(tmp_path)

@@ -43,8 +43,8 @@ shares one cluster whose followers leave the ISR after 3 s (replica.lag.time.max
 and whose ZooKeeper sessions last 8 s, so that a paused leader still leads when a
 transaction's Prepare becomes durable.
 
-`make test` runs cases 2 and 4 (commit), about 45 s with the cluster's start; `make soak`
-(TIDEGATE_SOAK=1) runs every case, about 2-3 minutes.
+`make soak` (TIDEGATE_SOAK=1) runs every case, about 2-3 minutes (`make test` has the
+cluster's transaction tests of test_cluster_txn.py and test_cluster_eos.py).
 """
 
 from __future__ import annotations
@@ -302,6 +302,7 @@ def test_coordinator_dies_before_prepare_is_replicated(healed: Cluster) -> None:
           f"{wait_identical(c, ['fo1'])}")
 
 
+@soak_only
 def test_partition_leader_dies_with_its_marker_pending(healed: Cluster) -> None:
     c = healed
     leaders = create_topics(c, "fo2")
@@ -486,6 +487,7 @@ def _offset_fetch(c: Cluster, bid: int, group: str, topic: str) -> list[int]:
     return [int(q.committed_offset) for q in sorted(parts, key=lambda q: q.partition_index)]
 
 
+@soak_only
 @pytest.mark.parametrize("commit", [True, pytest.param(False, marks=SOAK_ONLY)],
                          ids=["commit", "abort"])
 def test_txn_offsets_while_the_group_coordinator_moves(healed: Cluster, commit: bool) -> None:

@@ -4,6 +4,9 @@ broker, and the reference tables in docs/ match the code.
 The examples take the bootstrap server from argv or KAFKA_BOOTSTRAP_SERVERS (default
 127.0.0.1:9092, `make run`'s broker); both ways are exercised here. The snippets name
 127.0.0.1:9092, replaced here by the test broker's address; they run in page order.
+Blocks fenced as ```py need a setup of their own (docs/security.md's SASL_SSL listener and
+certificates; tests/integration/test_security.py and test_client_security.py run the same
+client settings against such a broker) and are not run here.
 """
 
 from __future__ import annotations

@@ -212,6 +212,9 @@ def test_spark_exactly_once_pipeline_survives_a_broker_kill(tmp_path: Path,
         c.stop()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
+                    reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
 def test_sink_abort_and_commit_right_after_a_broker_kill(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pyspark.sql import Row
