@@ -74,9 +74,12 @@ unit: install
 
 test: install deps-system deps-node lint typecheck layers
 	@$(BIN)/python -c "from tidegate.records import record; print('record speedups (C extension):', 'on' if record.SPEEDUPS else 'OFF, pure Python')"
-	$(BIN)/pytest -q -ra --timeout=600 --durations=15 -m "not slow" tests
+	# integration tests one at a time (real brokers, clusters and timings); unit tests,
+	# CPU-bound and independent, on both cores
+	$(BIN)/pytest -q -ra --timeout=600 --durations=15 -m "not slow" tests/integration
+	$(BIN)/pytest -q -ra --timeout=600 -n 2 -m "not slow" tests/unit
 	# the pure-Python record code is the reference the C extension must match: test it too
-	TIDEGATE_PURE_PYTHON=1 $(BIN)/pytest -q --timeout=600 -m "not slow" tests/unit/records
+	TIDEGATE_PURE_PYTHON=1 $(BIN)/pytest -q --timeout=600 -n 2 -m "not slow" tests/unit/records
 
 soak: install deps-system deps-node
 	TIDEGATE_SOAK=1 $(BIN)/pytest -q -ra -m slow tests

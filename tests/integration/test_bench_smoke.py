@@ -11,6 +11,7 @@ meaningless.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -84,6 +85,10 @@ def test_transactions_client_bench_quick() -> None:
 CLUSTER_ROWS = ("embedded broker", "cluster RF=1", "cluster RF=3, min.insync.replicas=2")
 
 
+# bench/transactions.py --quick above already starts a cluster through the same launcher
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
+                    reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
 def test_cluster_bench_quick() -> None:
     """bench/cluster.py --quick (its own ZooKeeper, 3 cluster brokers and an embedded
     one; 2,000 records per row, one kill): every produce and consume row has figures,
