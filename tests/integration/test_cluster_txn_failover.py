@@ -1,4 +1,4 @@
-"""The coordinator failover cases of the seeds (issue 16), on one 3-broker cluster.
+"""The coordinator failover cases of the seeds (seed 004, 000, 002), on one 3-broker cluster.
 
 ZooKeeper and three real brokers (tests/integration/cluster_txn_util.py: RF 3 everywhere,
 `min.insync.replicas` and `transaction.state.log.min.isr` 2), confluent-kafka as the
