@@ -20,7 +20,8 @@ install: $(STAMP)
 # tests start a real ZooKeeper from Debian's `zookeeper` package (its jars in
 # /usr/share/java; it needs a Java runtime, which the package pulls in if missing). The
 # network-partition tests drop packets with Debian's `iptables` (they skip unless root).
-# The TLS tests make certificates with `openssl`.
+# The TLS tests make certificates with `openssl`. The outbox relay tests run a
+# PostgreSQL server of their own from Debian's `postgresql` (initdb/pg_ctl, as user postgres).
 deps-system:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat (Debian package)"; \
@@ -38,6 +39,10 @@ deps-system:
 	  echo "installing openssl (Debian package: the TLS tests make their certificates)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssl >/dev/null; }
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+	  echo "installing postgresql (Debian package: the outbox relay tests start their own server)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
 
 # KafkaJS (tests/integration/test_kafkajs.py) comes from the npm registry; node and npm
 # from Debian's packages if the machine has none.

@@ -29,6 +29,8 @@ EXAMPLES = {
                  "delete it again: UNKNOWN_TOPIC_OR_PARTITION"],
     "transactions.py": ["committed 3 records, aborted 1", "read_committed sees:"],
     "exactly_once.py": ["every order exactly once: True"],
+    "outbox_sqlite.py": ["order-2 rolled back", "relay published 2 events",
+                         "events: ['order-1', 'order-3']"],
 }
 
 

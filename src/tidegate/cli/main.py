@@ -1,4 +1,5 @@
-"""`tidegate` command line: serve, cluster, topics, produce, consume, groups, txn, users.
+"""`tidegate` command line: serve, cluster, topics, produce, consume, groups, txn, users,
+outbox.
 
 Every command that talks to a broker takes `--bootstrap-server` and `--command-config
 FILE` (Kafka client properties, for TLS and SASL: cli/command_config.py).
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from tidegate import __version__
 
 SUBCOMMANDS = ("serve", "cluster", "topics", "leaders", "produce", "consume", "groups", "txn",
-               "users")
+               "users", "outbox")
 # modules adding actions to a subcommand of another module (`topics reassign`)
 EXTENSIONS = ("reassign",)
 
