@@ -43,6 +43,10 @@ deps-system:
 	  echo "installing postgresql (Debian package: the outbox relay tests start their own server)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+	  echo "installing chromium and chromium-driver (Debian packages: the web console's browser test)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 # KafkaJS (tests/integration/test_kafkajs.py) comes from the npm registry; node and npm
 # from Debian's packages if the machine has none.
@@ -106,6 +110,7 @@ fuzz-c: install
 
 bench: install
 	$(BIN)/python bench/produce_consume.py
+	$(BIN)/python bench/metrics_cost.py
 	$(BIN)/python bench/clients.py
 	$(BIN)/python bench/idempotence.py
 	$(BIN)/python bench/transactions.py

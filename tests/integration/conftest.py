@@ -41,6 +41,9 @@ class BrokerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.log_lines: list[str] = []
         self._reader: threading.Thread | None = None
+        # the HTTP listener's URL once the broker printed it (http.listeners set)
+        self.http_url: str | None = None
+        self.http_ready = threading.Event()
 
     @property
     def bootstrap(self) -> str:
@@ -56,6 +59,14 @@ class BrokerProcess:
             f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
             "--override",
             f"log.dirs={self.data_dir}",
+            # no HTTP listener unless a test asks (overrides below win): parallel brokers
+            # must not all try the default 127.0.0.1:9644; `http.listeners=
+            # http://127.0.0.1:0` picks a free port, then `http_url` says which.
+            # TIDEGATE_TEST_HTTP=1 turns it on for every test broker (and with it the
+            # KIP-714 APIs clients see in ApiVersions)
+            "--override",
+            "http.listeners=" + ("http://127.0.0.1:0" if os.environ.get("TIDEGATE_TEST_HTTP")
+                                 else ""),
         ]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
@@ -66,11 +77,16 @@ class BrokerProcess:
             group=self.group,
         )
         ready = threading.Event()
+        self.http_url = None
+        self.http_ready.clear()
 
         def pump() -> None:
             assert self.proc is not None and self.proc.stdout is not None
             for line in self.proc.stdout:
                 self.log_lines.append(line.rstrip("\n"))
+                if line.startswith("HTTP listener on "):
+                    self.http_url = line.split()[-1]
+                    self.http_ready.set()
                 if "listening on" in line:
                     ready.set()
 

@@ -76,9 +76,20 @@ def run(args: argparse.Namespace) -> int:
         for lis in config.listeners():
             sec = listener_security(config.props, lis.name, protocols[lis.name])
             print(f"  listener {lis} ({sec.protocol}): {sec.describe()}", flush=True)
+        for url in http_urls:
+            print(f"  http {url}: /metrics /healthz /readyz{console_paths}", flush=True)
+
+    # -- the HTTP listener (http.listeners; docs/observability.md) and the console on it
+    http_urls: list[str] = []
+    routes, console_paths = _console_routes(config)
+
+    def http_bound(urls: list[str]) -> None:
+        http_urls.extend(urls)
+        for url in urls:  # before the logs load: probes may poll /readyz from here on
+            print(f"HTTP listener on {url}", flush=True)
 
     try:
-        run_broker(config, ready)
+        run_broker(config, ready, http_routes=routes, on_http=http_bound)
     except OSError as e:
         print(f"tidegate serve: {e}", file=sys.stderr)
         return 1
@@ -86,3 +97,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"tidegate serve: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _console_routes(config: BrokerConfig) -> tuple[Any, str]:
+    """The web console's routes for the HTTP listener (tidegate.console.web), talking to
+    this broker's first PLAINTEXT listener; none if there is no such listener or the
+    console is not installed. `console.read.only=true` mounts it read-only."""
+    lis = next((x for x in config.listeners() if x.name == "PLAINTEXT"), None)
+    if lis is None or not config.get("http.listeners").strip():
+        return None, ""
+    try:
+        from tidegate.console.web import add_routes
+    except (ImportError, AttributeError):
+        return None, ""
+    bootstrap = f"{lis.host or '127.0.0.1'}:{lis.port}"
+    read_only = config.get_bool("console.read.only")
+
+    def mount(app: Any) -> None:
+        add_routes(app, bootstrap, read_only=read_only)
+
+    return mount, " and the console at /" + (" (read-only)" if read_only else "")

@@ -21,6 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.client import acl_admin, quota_admin
 from tidegate.client.config import AdminConfig
 from tidegate.client.metadata import MetadataClient
 from tidegate.client.net import NetworkClient, Response
@@ -47,6 +48,7 @@ from tidegate.client.types import (
     TransactionDescription,
     TransactionListing,
 )
+from tidegate.common.acl import AclBinding, AclBindingFilter
 from tidegate.common.errors import KafkaError, UnsupportedVersionError, error_for_code
 
 __all__ = ["AsyncAdmin"]
@@ -356,6 +358,29 @@ class AsyncAdmin:
         """The producers each partition's leader remembers, with the start offset of
         the transaction each has open there (-1: none)."""
         return await self._txn.describe_producers(partitions)
+
+    # -- ACLs (client/acl_admin.py) -------------------------------------------------------
+
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> list[KafkaError | None]:
+        return await acl_admin.create_acls(self._net, bindings)
+
+    async def describe_acls(self, f: AclBindingFilter) -> list[AclBinding]:
+        return await acl_admin.describe_acls(self._net, f)
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        return await acl_admin.delete_acls(self._net, filters)
+
+    # -- client quotas (client/quota_admin.py) ------------------------------------------
+
+    async def describe_client_quotas(
+            self, components: Iterable[tuple[str, str | None]] = (), strict: bool = False,
+    ) -> dict[quota_admin.QuotaEntity, dict[str, float]]:
+        return await quota_admin.describe_quotas(self._net, components, strict)
+
+    async def alter_client_quotas(
+            self, alterations: Iterable[quota_admin.QuotaAlteration],
+            validate_only: bool = False) -> list[KafkaError | None]:
+        return await quota_admin.alter_quotas(self._net, alterations, validate_only)
 
     # -- SCRAM users (client/scram_admin.py) ----------------------------------------------
 

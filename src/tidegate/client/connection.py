@@ -63,10 +63,15 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics (v6: topics as entities)
     21: (0, 2),    # DeleteRecords
+    29: (1, 3),    # DescribeAcls
+    30: (1, 3),    # CreateAcls
+    31: (1, 3),    # DeleteAcls
     32: (1, 4),    # DescribeConfigs
     35: (1, 4),    # DescribeLogDirs (v4: volume total/usable bytes)
     37: (0, 3),    # CreatePartitions
     44: (0, 1),    # IncrementalAlterConfigs
+    48: (0, 1),    # DescribeClientQuotas
+    49: (0, 1),    # AlterClientQuotas
     50: (0, 0),    # DescribeUserScramCredentials
     51: (0, 0),    # AlterUserScramCredentials
     60: (0, 1),    # DescribeCluster

@@ -131,6 +131,11 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "fetch.max.bytes": ("57671680", "int", "Largest fetch response."),
     "connections.max.idle.ms": ("600000", "int", "Close idle connections after this."),
     "queued.max.requests": ("500", "int", "In-flight requests per connection before reads pause."),
+    # client quotas (server/quotas/): rates are measured over quota.window.num samples
+    "quota.window.num": ("11", "int", "Samples kept for client quota rates."),
+    "quota.window.size.seconds": ("1", "int", "Time span of each client quota sample."),
+    "controller.quota.window.num": ("11", "int", "Samples for controller_mutation_rate."),
+    "controller.quota.window.size.seconds": ("1", "int", "Span of each mutation sample."),
     "cluster.id": ("", "str", "Cluster id; generated at first start and kept in meta.properties."),
     "broker.rack": ("", "str", "Rack of this broker."),
     "replica.selector.class": (
@@ -199,6 +204,23 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "5000",
         "int",
         "Wait between controlled shutdown attempts.",
+    ),
+    "authorizer.class.name": (
+        "",
+        "str",
+        "The authorizer: empty (no ACLs checked), or Tidegate's built-in ACL authorizer under "
+        "Kafka's names kafka.security.authorizer.AclAuthorizer or "
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer (docs/security.md).",
+    ),
+    "super.users": (
+        "",
+        "str",
+        "Principals allowed everything, separated by semicolons (User:admin;User:broker).",
+    ),
+    "allow.everyone.if.no.acl.found": (
+        "false",
+        "bool",
+        "With the authorizer on: allow a resource no ACL applies to (Kafka's default false).",
     ),
     "inter.broker.listener.name": (
         "",
@@ -335,6 +357,44 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "600000",
         "int",
         "How often expired producer ids are removed.",
+    ),
+    # -- observability (server/metrics/, docs/observability.md) -----------------------
+    "http.listeners": (
+        "http://127.0.0.1:9644",
+        "list",
+        "Tidegate's HTTP listener (/metrics, /healthz, /readyz, the web console); empty "
+        "turns it off. Kafka has none; 9644 is Redpanda's admin API port.",
+    ),
+    "console.read.only": (
+        "false",
+        "bool",
+        "The web console on the HTTP listener shows but never changes (no create, delete, "
+        "abort or offset reset).",
+    ),
+    "telemetry.max.bytes": (
+        "1048576",
+        "int",
+        "KIP-714: largest metrics payload a client may push (PushTelemetry).",
+    ),
+    "client.metrics.push.interval.ms": (
+        "30000",
+        "int",
+        "KIP-714: how often clients push their metrics (Kafka sets it per subscription).",
+    ),
+    "client.metrics.prefixes": (
+        "*",
+        "list",
+        "KIP-714: metric name prefixes clients are asked to push (* or empty: all).",
+    ),
+    "client.metrics.max.series": (
+        "1000",
+        "int",
+        "KIP-714: series kept per client instance; the rest of a push is dropped.",
+    ),
+    "client.metrics.max.clients": (
+        "1000",
+        "int",
+        "KIP-714: client instances kept; pushes from more get THROTTLING_QUOTA_EXCEEDED.",
     ),
 }
 

@@ -15,6 +15,9 @@ see storage/dir_lock.py): a second broker on the same directory stops with Kafka
 `log.dir.free.space.check.interval.ms`; a background job that fails for a full disk
 reports it to `broker.logs.space` (logged once) instead of printing a traceback, and
 runs again on its next turn.
+
+The HTTP listener (`http.listeners`: /metrics, /healthz, /readyz, the console) starts
+first, before the logs load, and stops after the Kafka listeners (server/metrics/).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import TYPE_CHECKING
 from tidegate.common.config import BrokerConfig
 from tidegate.server.broker import Broker
 from tidegate.server.listener import Listener
+from tidegate.server.metrics.http import RouteAdder
+from tidegate.server.metrics.wiring import Observability
 from tidegate.storage.dir_lock import LogDirLock
 from tidegate.storage.disk_space import disk_full_error
 
@@ -39,7 +44,7 @@ log = logging.getLogger("tidegate.server")
 
 
 class BrokerApp:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, http_routes: RouteAdder | None = None) -> None:
         self.config = config
         self.dir_lock = LogDirLock.acquire(config.log_dir)  # before any file is touched
         try:
@@ -51,6 +56,9 @@ class BrokerApp:
         space.warn_bytes = config.get_int("log.dir.free.space.warn.bytes") or 0
         self.broker.group_commit.on_error = space.write_failed
         self.listener = Listener(self.broker)
+        # http.listeners: /metrics, /healthz, /readyz (+ `http_routes`); None when empty.
+        # See server/metrics/wiring.py.
+        self.observability = Observability.create(self.broker, http_routes)
         # Cluster mode (zookeeper.connect set): ZooKeeper, registration, the controller,
         # metadata and replica roles; see server/cluster/node.py. Off by default.
         self.cluster: ClusterNode | None = None
@@ -63,12 +71,20 @@ class BrokerApp:
         self._tasks: list[asyncio.Task[None]] = []
         self.bound: list[tuple[str, int]] = []
         self._closers: list[Callable[[], Awaitable[None]]] = []  # stopped after listener
+        self.http_urls: list[str] = []
+        self.on_http: Callable[[list[str]], None] = lambda _urls: None  # once HTTP is bound
 
     async def start(self) -> list[tuple[str, int]]:
         loop = asyncio.get_running_loop()
+        obs = self.observability
+        if obs is not None:  # first: /readyz answers 503 while the rest starts
+            self.http_urls = await obs.start()
+            self.on_http(self.http_urls)
         if self.cluster is not None:
             await self._prepare_cluster()
         await loop.run_in_executor(None, self.broker.load)
+        if obs is not None:
+            obs.logs_loaded()
         if self.cluster is not None:
             # The coordinators' shards follow the leadership of the partitions of
             # __consumer_offsets and __transaction_state (loaded where they lead).
@@ -79,19 +95,34 @@ class BrokerApp:
             await tc.start()
             await self.cluster.start(self.broker.replicas)
             self._wire_cluster_transactions()
+            if self.broker.acl_store is not None:  # ZooKeeper's /kafka-acl, read before serving
+                await self.broker.acl_store.start()
             self.bound = await self.listener.start()
+            if obs is not None:
+                obs.serving(self.listener, self.cluster)
             self._start_chores()
             return self.bound
         # -- group coordinator: create __consumer_offsets if missing, replay it in the
         # background (COORDINATOR_LOAD_IN_PROGRESS until done), run its timers and
         # offset expiry (offsets.retention.check.interval.ms); see server/group_coordinator.py
-        await self.broker.group_coordinator.start()
+        await self._timed("group", self.broker.group_coordinator.start())
         # -- transaction coordinator: __transaction_state, then markers for what a crash
         # left prepared; see server/txn_coordinator.py
-        await self.broker.txn_coordinator.start()
+        await self._timed("transaction", self.broker.txn_coordinator.start())
+        if self.broker.acl_store is not None:
+            await self.broker.acl_store.start()
         self.bound = await self.listener.start()
+        if obs is not None:
+            obs.serving(self.listener, None)
         self._start_chores()
         return self.bound
+
+    async def _timed(self, name: str, start: Awaitable[None]) -> None:
+        """A coordinator's start, timed for the metrics when they are on."""
+        if self.observability is None:
+            await start
+        else:
+            await self.observability.timed(name, start)
 
     async def _prepare_cluster(self) -> None:
         """Before the logs load: ZooKeeper, the cluster id, the metadata view, topic admin."""
@@ -107,6 +138,17 @@ class BrokerApp:
         self.broker.topic_admin = ClusterTopicAdmin(self.cluster.zk, rf)
         self.broker.cluster_admin = ClusterNodeAdmin(self.cluster)  # the controller's ops
         register_cluster_apis(self.broker.dispatcher)  # ControlledShutdown
+        # client quotas: /config/users, /config/clients and their change notifications
+        from tidegate.server.cluster.client_quotas import ZkQuotaStore
+
+        quota_store = ZkQuotaStore(self.cluster.zk, self.broker.quotas)
+        self.broker.quota_store = quota_store
+        await quota_store.start()
+        self._closers.append(quota_store.stop)
+        if self.broker.authorizer is not None:  # ACLs in ZooKeeper's /kafka-acl
+            from tidegate.server.cluster.acls import ZkAclStore
+
+            self.broker.acl_store = ZkAclStore(self.cluster.zk, self.broker.authorizer)
         # producer ids: blocks from /latest_producer_id_block, unique across brokers
         from tidegate.coordinator.producer_ids import ProducerIdManager
         from tidegate.server.cluster.producer_ids import ZkProducerIdBlocks
@@ -206,6 +248,8 @@ class BrokerApp:
 
     async def stop(self) -> None:
         log.info("shutting down")
+        if self.observability is not None:
+            self.observability.stopping()  # /readyz: 503 from now on
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -214,6 +258,9 @@ class BrokerApp:
         if self.cluster is not None:  # leaderships moved away while clients can still ask
             await self.cluster.controlled_shutdown()
         await self.listener.stop()
+        if self.broker.acl_store is not None:
+            with contextlib.suppress(Exception):
+                await self.broker.acl_store.stop()
         for close in self._closers:
             with contextlib.suppress(Exception):
                 await close()
@@ -221,13 +268,17 @@ class BrokerApp:
             await self.cluster.stop()
         await self.broker.txn_coordinator.stop()
         await self.broker.group_coordinator.stop()
+        if self.observability is not None:  # before the logs close under a scrape
+            await self.observability.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.broker.close)
         self.dir_lock.release()
         log.info("stopped cleanly")
 
 
-async def _main(config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]], None]) -> None:
-    app = BrokerApp(config)
+async def _main(config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]], None],
+                http_routes: RouteAdder | None, on_http: Callable[[list[str]], None]) -> None:
+    app = BrokerApp(config, http_routes)
+    app.on_http = on_http
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
@@ -235,6 +286,9 @@ async def _main(config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]]
     try:
         bound = await app.start()
     except BaseException:
+        if app.observability is not None:
+            with contextlib.suppress(Exception):
+                await app.observability.stop()
         app.dir_lock.release()
         raise
     on_ready(bound)
@@ -247,11 +301,16 @@ async def _main(config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]]
 
 
 def run_broker(
-    config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]], None] = lambda _: None
+    config: BrokerConfig, on_ready: Callable[[list[tuple[str, int]]], None] = lambda _: None,
+    *, http_routes: RouteAdder | None = None,
+    on_http: Callable[[list[str]], None] = lambda _: None,
 ) -> None:
+    """`http_routes`: more routes for the HTTP listener (the web console);
+    `on_http(urls)`: told where it listens, before the logs load."""
+    main = _main(config, on_ready, http_routes, on_http)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(_main(config, on_ready))
+        asyncio.run(main)
     else:
-        uvloop.run(_main(config, on_ready))
+        uvloop.run(main)

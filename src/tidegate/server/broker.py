@@ -20,10 +20,14 @@ from tidegate.common.clock import Clock, SystemClock
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import InvalidConfigError
 from tidegate.coordinator.producer_ids import ProducerIdManager
+from tidegate.server.acl_store import AclStore, FileAclStore, authorizer_from_config
 from tidegate.server.cluster_admin import ClusterAdmin, EmbeddedClusterAdmin
 from tidegate.server.dynamic_config import activate_cluster_defaults
 from tidegate.server.group_config import GroupConfigStore
 from tidegate.server.metadata_view import EmbeddedMetadata, MetadataView
+from tidegate.server.metrics.requests import RequestMetrics
+from tidegate.server.quotas.manager import QuotaManager
+from tidegate.server.quotas.store import FileQuotaStore, QuotaStore
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.scram_store import ScramStore
 from tidegate.server.security import GuessDelays, build_runtimes
@@ -49,7 +53,21 @@ class Broker:
         self.group_configs = GroupConfigStore(config.log_dir)  # GROUP config resources
         # SCRAM users and each listener's TLS/SASL requirements (server/security.py)
         self.scram_users = ScramStore(config.log_dir)
+        # client quotas (server/quotas/): the configs and rates; the file store (cluster:
+        # ZooKeeper, set by BrokerApp)
+        self.quotas = QuotaManager(
+            config.get_int("quota.window.num", 11) or 11,
+            1000 * (config.get_int("quota.window.size.seconds", 1) or 1),
+            config.get_int("controller.quota.window.num", 11) or 11,
+            1000 * (config.get_int("controller.quota.window.size.seconds", 1) or 1))
+        self.quota_store: QuotaStore = FileQuotaStore(config.log_dir, self.quotas)
         self.guess_delays = GuessDelays()
+        # ACLs (server/acl_store.py, server/authz.py): None when authorizer.class.name is
+        # empty, and then every check is this one attribute test. Cluster mode: BrokerApp
+        # swaps the file store for ZooKeeper's.
+        self.authorizer = authorizer_from_config(config)
+        self.acl_store: AclStore | None = (
+            None if self.authorizer is None else FileAclStore(config.log_dir, self.authorizer))
         self.listener_security = build_runtimes(
             config.props, [lis.name for lis in config.listeners()], self.scram_users
         )
@@ -76,6 +94,9 @@ class Broker:
         # by BrokerApp)
         self.cluster_admin: ClusterAdmin = EmbeddedClusterAdmin(self)
         self.group_commit = self.replicas.group_commit
+        # request counters (server/metrics/requests.py): set by BrokerApp when the HTTP
+        # listener is on; None costs the request path one attribute test
+        self.request_metrics: RequestMetrics | None = None
         self.started_at = self.clock.monotonic()
         self._init_idempotence()
         self._init_group_coordinator()

@@ -63,8 +63,10 @@ class Dispatcher:
 
 def default_dispatcher() -> Dispatcher:
     from tidegate.server.handlers import (
+        acls,
         admin,
         api_versions,
+        client_quotas,
         cluster_ops,
         configs,
         fetch,
@@ -90,6 +92,13 @@ def default_dispatcher() -> Dispatcher:
     d.register(36, sasl.handle_sasl_authenticate, 0, 2)
     d.register(50, sasl.handle_describe_user_scram_credentials, 0, 0)
     d.register(51, sasl.handle_alter_user_scram_credentials, 0, 0)
+    # client quotas (handlers/client_quotas.py, server/quotas/)
+    d.register(48, client_quotas.handle_describe_client_quotas, 0, 1)
+    d.register(49, client_quotas.handle_alter_client_quotas, 0, 1)
+    # ACLs (handlers/acls.py; SECURITY_DISABLED unless authorizer.class.name is set)
+    d.register(30, acls.handle_create_acls, 1, 3)
+    d.register(29, acls.handle_describe_acls, 1, 3)
+    d.register(31, acls.handle_delete_acls, 1, 3)
     d.register(0, produce.handle, 3, 12)
     d.register(1, fetch.handle, 4, 17)
     d.register(2, offsets.handle_list_offsets, 1, 10)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -62,7 +63,14 @@ class GroupCommit:
         self.failed: Exception | None = None
         self.on_error = on_error
         self._retry_delay: dict[int, float] = {}  # key -> next delay, while flushes fail
+        # metrics (server/metrics/): told (seconds the fsync took, waiters it released)
+        self.on_fsync: Callable[[float, int], None] | None = None
         self._retrying: dict[int, asyncio.Task[None]] = {}
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for an fsync (the metrics' produce purgatory size)."""
+        return sum(len(w) for w in self._waiters.values())
 
     def mark_dirty(self, target: Flushable) -> None:
         self._dirty[id(target)] = target
@@ -92,8 +100,13 @@ class GroupCommit:
         try:
             while self._dirty.pop(key, None) is not None:
                 try:
+                    began = time.perf_counter()
                     await loop.run_in_executor(_POOL, target.flush)
                     self.fsync_rounds += 1
+                    if self.on_fsync is not None:  # the waiters this fsync releases
+                        point = target.recovery_point
+                        self.on_fsync(time.perf_counter() - began, sum(
+                            1 for off, _ in self._waiters.get(key, ()) if off <= point))
                 except Exception as e:  # disk errors: fail the waiters, keep serving
                     if key not in self._retry_delay or disk_full_error(e) is not None:
                         if self.on_error is not None:

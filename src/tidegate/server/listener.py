@@ -32,6 +32,10 @@ Until a SASL connection has authenticated — and again once its session has exp
 (`connections.max.reauth.ms`) — any request but ApiVersions, SaslHandshake and
 SaslAuthenticate closes it. A failed handshake or authentication closes that
 connection only, logged once.
+
+Client quotas (server/quotas/throttle.py): when any is configured, each handler runs
+under its client's quotas; a throttled client's response carries `throttle_time_ms`
+and its next request waits until the throttle time is over (Kafka's mute, KIP-219).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import asyncio
 import functools
 import logging
 import socket
+import time
 from typing import Any
 
 from tidegate.protocol.framing import FrameDecoder, FrameError, encode_frame
@@ -64,6 +69,7 @@ from tidegate.server.context import RequestContext
 from tidegate.server.dispatch import Api
 from tidegate.server.handlers.api_versions import api_keys_payload
 from tidegate.server.handlers.sasl import authenticate
+from tidegate.server.quotas.throttle import Mute, run_throttled
 from tidegate.server.security import ListenerSecurityRuntime, Session
 
 log = logging.getLogger(__name__)
@@ -100,6 +106,7 @@ class Connection:
         self.running: set[asyncio.Task[Any]] = set()
         self.newest: tuple[int, asyncio.Future[None]] | None = None
         self.failed = False
+        self.mute = Mute()  # a throttled client's next request waits (server/quotas/)
 
     async def run(self) -> None:
         sock = self.writer.get_extra_info("socket")
@@ -238,11 +245,24 @@ class Connection:
         # (a producer's pipelined Produce requests) then run back to back in one pass of
         # the event loop, each finding the previous one released, with no wake-up in
         # between. That keeps the cost of ordering out of the produce path.
+        arrived = time.perf_counter()
         waiting = [f for f in gate if not f.done()]
         if waiting:
             await asyncio.wait(waiting)  # asyncio.wait: a failed handler does not raise here
         if self.failed:
             return None
+        # -- client quotas (server/quotas/throttle.py): measure, throttle, mute; a single
+        # check when no quota is configured
+        if self.broker.quotas.active:
+            return await run_throttled(self.broker, self.mute, ctx, request,
+                                       functools.partial(self._call, api, arrived))
+        return await self._call(api, arrived, ctx, request)
+
+    async def _call(self, api: Api, arrived: float, ctx: RequestContext, request: Any) -> Any:
+        # -- request metrics (server/metrics/requests.py); None when http.listeners is off
+        if self.broker.request_metrics is not None:
+            return await self.broker.request_metrics.run(
+                api.handler, self.broker, ctx, request, arrived)
         return await api.handler(self.broker, ctx, request)
 
     def _finished(self, released: asyncio.Future[None], task: asyncio.Task[Any]) -> None:
@@ -301,6 +321,7 @@ class Listener:
         self.broker = broker
         self.servers: list[asyncio.base_events.Server] = []
         self.connections: set[asyncio.Task[None]] = set()
+        self.open_by_listener: dict[str, int] = {}  # listener name -> connections (metrics)
 
     async def start(self) -> list[tuple[str, int]]:
         bound = []
@@ -334,6 +355,8 @@ class Listener:
         task = asyncio.current_task()
         assert task is not None
         self.connections.add(task)
+        name = runtime.sec.name
+        self.open_by_listener[name] = self.open_by_listener.get(name, 0) + 1
         try:
             session = await self._secure(runtime, writer)
             if session is None:
@@ -344,6 +367,7 @@ class Listener:
             writer.close()  # broker shutdown: close quietly
         finally:
             self.connections.discard(task)
+            self.open_by_listener[name] -= 1
 
     async def _secure(
         self, runtime: ListenerSecurityRuntime, writer: asyncio.StreamWriter

@@ -349,6 +349,11 @@ class ReplicaManager:
             if not fut.done():
                 fut.set_result(None)
 
+    @property
+    def waiting_fetches(self) -> int:
+        """Fetches long-polling for data (the metrics' fetch purgatory size)."""
+        return len({id(f) for futs in self._watchers.values() for f in futs})
+
     async def wait_for_data(self, tps: Iterable[TopicPartition], timeout: float) -> None:
         """Sleep until one of `tps` gets new committed data, or `timeout` seconds."""
         if timeout <= 0:

@@ -14,12 +14,15 @@ from tidegate.common.errors import (
 )
 from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID, error_fields
 from tidegate.server.handlers.configs import describe_topic_configs, validate_topic_configs
 from tidegate.server.handlers.metadata import brokers_payload
-from tidegate.server.handlers.operations import CLUSTER_OPS, authorized_operations
+from tidegate.server.handlers.operations import cluster_ops_field
 from tidegate.server.topic_admin import check_assignment_shape, invalid_assignment
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,8 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
     validate_only = bool(view(req, "validate_only", False))
     results = []
     seen: set[str] = set()
+    # ACLs (Kafka): CREATE on the cluster, or else on each topic
+    cluster_create = check_cluster(broker, ctx, Op.CREATE, log_denied=False)
     for t in req.topics:
         name = str(t.name)
         out: dict[str, Any] = {
@@ -49,6 +54,9 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             if name in seen:
                 raise InvalidRequestError(f"topic {name} appears twice in the request")
             seen.add(name)
+            if not cluster_create and not check(broker, ctx, Op.CREATE, Res.TOPIC, name):
+                raise KafkaError(f"Authorization failed: CREATE on topic {name}",
+                                 code=ErrorCode.topic_authorization_failed)
             assignments = list(t.assignments or ())
             partitions = int(t.num_partitions)
             if assignments:
@@ -121,6 +129,9 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
                     raise KafkaError(code=ErrorCode.unknown_topic_id)
                 name = found.name
                 out["name"] = name
+            if name and not check(broker, ctx, Op.DELETE, Res.TOPIC, name):  # Kafka's ACL
+                raise KafkaError(f"Authorization failed: DELETE on topic {name}",
+                                 code=ErrorCode.topic_authorization_failed)
             tv = broker.metadata.topic(name) if name else None
             if not name or tv is None:
                 raise UnknownTopicOrPartitionError(f"topic {name} does not exist")
@@ -142,6 +153,9 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
     for t in req.topics:
         out: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
         try:
+            if not check(broker, ctx, Op.ALTER, Res.TOPIC, str(t.name)):  # Kafka's ACL
+                raise KafkaError(f"Authorization failed: ALTER on topic {t.name}",
+                                 code=ErrorCode.topic_authorization_failed)
             tv = broker.metadata.topic(t.name)
             if tv is None:
                 raise UnknownTopicOrPartitionError(f"topic {t.name} does not exist")
@@ -197,8 +211,8 @@ async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any)
             "cluster_id": broker.metadata.cluster_id,
             "controller_id": broker.metadata.controller_id,
             "brokers": brokers,
-            "cluster_authorized_operations": authorized_operations(
-                CLUSTER_OPS, bool(view(req, "include_cluster_authorized_operations", False))
-            ),
+            "cluster_authorized_operations": cluster_ops_field(
+                broker, ctx, bool(view(req, "include_cluster_authorized_operations", False))),
         },
     )
+

@@ -25,6 +25,8 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.protocol.controlled_shutdown import ControlledShutdownRequest, response_for
 from tidegate.protocol.messages import build, ms, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.cluster_admin import PartitionResult, TopicPartition
 from tidegate.server.context import RequestContext
@@ -43,6 +45,8 @@ def _by_topic(results: Mapping[TopicPartition, Any]) -> dict[str, list[tuple[int
 
 async def handle_controlled_shutdown(broker: Broker, ctx: RequestContext,
                                      req: ControlledShutdownRequest) -> Any:
+    if not check_cluster(broker, ctx, Op.CLUSTER_ACTION):  # Kafka: brokers only
+        return response_for(ctx.api_version, ErrorCode.cluster_authorization_failed, ())
     answer = await broker.cluster_admin.controlled_shutdown(int(req.broker_id),
                                                             int(req.broker_epoch))
     if answer.code != ErrorCode.none:
@@ -53,6 +57,10 @@ async def handle_controlled_shutdown(broker: Broker, ctx: RequestContext,
 
 async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     election_type = int(view(req, "election_type", PREFERRED))
+    if not check_cluster(broker, ctx, Op.ALTER):  # Kafka's ACL: ALTER on the cluster
+        return build(ctx.response_class, {"throttle_time": 0,
+                                          "error_code": ErrorCode.cluster_authorization_failed,
+                                          "replica_election_results": []})
     asked = req.topic_partitions
     partitions = None if asked is None else list(dict.fromkeys(
         (str(t.topic), int(p)) for t in asked for p in t.partitions))
@@ -81,6 +89,10 @@ async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: Any) ->
 async def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext,
                                                req: Any) -> Any:
     requests: dict[TopicPartition, Sequence[int] | None] = {}
+    if not check_cluster(broker, ctx, Op.ALTER):  # Kafka's ACL: ALTER on the cluster
+        return build(ctx.response_class, {
+            "throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": None, "responses": []})
     for t in req.topics:
         for p in t.partitions:
             replicas = p.replicas
@@ -104,6 +116,10 @@ async def handle_alter_partition_reassignments(broker: Broker, ctx: RequestConte
 async def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext,
                                               req: Any) -> Any:
     asked = req.topics
+    if not check_cluster(broker, ctx, Op.DESCRIBE):  # Kafka's ACL: DESCRIBE on the cluster
+        return build(ctx.response_class, {
+            "throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": None, "topics": []})
     partitions = None if asked is None else [
         (str(t.name), int(p)) for t in asked for p in t.partition_indexes]
     try:

@@ -42,6 +42,9 @@ from tidegate.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.dynamic_config import (
@@ -172,6 +175,19 @@ def describe_broker_configs(broker: Broker, per_broker: bool = True) -> list[dic
     return result
 
 
+def _authorize(broker: Broker, ctx: RequestContext, op: Op, rtype: int, name: str) -> None:
+    """Kafka's ACLs on config resources: the op on the topic or the group, and on the
+    cluster for a broker or broker-logger resource."""
+    if broker.authorizer is None:
+        return
+    if rtype == TOPIC and not check(broker, ctx, op, Res.TOPIC, name):
+        raise KafkaError(code=ErrorCode.topic_authorization_failed)
+    if rtype == GROUP and not check(broker, ctx, op, Res.GROUP, name):
+        raise KafkaError(code=ErrorCode.group_authorization_failed)
+    if rtype in (BROKER, BROKER_LOGGER) and not check_cluster(broker, ctx, op):
+        raise KafkaError(code=ErrorCode.cluster_authorization_failed)
+
+
 async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     include_synonyms = bool(view(req, "include_synonyms", False))
     include_docs = bool(view(req, "include_documentation", False))
@@ -185,6 +201,8 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
             "configs": [],
         }
         try:
+            _authorize(broker, ctx, Op.DESCRIBE_CONFIGS, int(r.resource_type),
+                       str(r.resource_name))
             if r.resource_type == TOPIC:
                 overrides = await broker.topic_admin.topic_config(r.resource_name)
                 configs = describe_topic_configs(broker, r.resource_name, overrides)
@@ -357,6 +375,8 @@ async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: boo
                 ops = [(c.name, int(c.config_operation), c.value) for c in r.configs]
             else:
                 ops = [(c.name, SET, c.value) for c in r.configs]
+            _authorize(broker, ctx, Op.ALTER_CONFIGS, int(r.resource_type),
+                       str(r.resource_name))
             if r.resource_type == TOPIC:
                 final = await broker.topic_admin.alter_topic_config(
                     r.resource_name, _topic_change(broker, ops, incremental),

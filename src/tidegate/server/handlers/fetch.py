@@ -36,11 +36,15 @@ as in Kafka. read_uncommitted reads up to the high watermark and gets no aborted
 from __future__ import annotations
 
 import logging
+from collections.abc import Container
 from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.protocol.messages import build, ms, view
 from tidegate.records.batch import parse_header, peek_size
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID, error_fields, resolve_topic
@@ -58,7 +62,8 @@ def replica_id_of(req: Any) -> int:
     return int(view(req, "replica_id", -1))
 
 
-def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, Any]], int, bool]:
+def _read_all(broker: Broker, req: Any, isolation: int, denied: Container[str] = ()
+              ) -> tuple[list[dict[str, Any]], int, bool]:
     # The broker's fetch.max.bytes caps what a client may ask for, as in Kafka.
     cap = broker.config.get_int("fetch.max.bytes", 57671680) or 57671680
     remaining = max(min(int(view(req, "max_bytes", 2**31 - 1)), cap), 0)
@@ -92,6 +97,11 @@ def _read_all(broker: Broker, req: Any, isolation: int) -> tuple[list[dict[str, 
                     if topic_id is not None
                     else ErrorCode.unknown_topic_or_partition
                 )
+                any_error = True
+                parts_out.append(out)
+                continue
+            if name in denied:
+                out["error_code"] = ErrorCode.topic_authorization_failed
                 any_error = True
                 parts_out.append(out)
                 continue
@@ -227,9 +237,21 @@ def _end_offset(data: bytes) -> int:
     return end
 
 
+def _denied_topics(broker: Broker, ctx: RequestContext, req: Any) -> set[str]:
+    """Topics this fetch may not read (Kafka: a follower needs CLUSTER_ACTION, else every
+    partition is TOPIC_AUTHORIZATION_FAILED; a consumer needs READ on each topic)."""
+    if broker.authorizer is None:
+        return set()
+    names = {n for n in (resolve_topic(broker, t)[0] for t in req.topics) if n}
+    if replica_id_of(req) >= 0:
+        return set() if check_cluster(broker, ctx, Op.CLUSTER_ACTION) else names
+    return {n for n in names if not check(broker, ctx, Op.READ, Res.TOPIC, n)}
+
+
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     isolation = int(view(req, "isolation_level", 0))
-    topics_out, total, any_error = _read_all(broker, req, isolation)
+    denied = _denied_topics(broker, ctx, req)
+    topics_out, total, any_error = _read_all(broker, req, isolation, denied)
     min_bytes = int(req.min_bytes)
     wait_ms = ms(req.max_wait)
     if total < max(min_bytes, 1) and not any_error and wait_ms > 0 and topics_out:
@@ -244,7 +266,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             if left <= 0:
                 break
             await broker.wait_for_data(tps, left)
-            topics_out, total, any_error = _read_all(broker, req, isolation)
+            topics_out, total, any_error = _read_all(broker, req, isolation, denied)
             if total >= min_bytes or any_error:
                 break
     return build(

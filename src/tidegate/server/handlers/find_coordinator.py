@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from tidegate.common.errors import ErrorCode
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.metadata_view import broker_on
@@ -82,16 +85,28 @@ def _node(broker: Broker, code: ErrorCode, node_id: int, listener: str = "") -> 
     return {"node_id": -1, "host": "", "port": -1}
 
 
+async def _find_authorized(broker: Broker, ctx: RequestContext, key_type: int,
+                           key: str) -> tuple[ErrorCode, str | None, int]:
+    """Kafka: DESCRIBE on the group or the transactional id the key names."""
+    if key_type == GROUP_KEY_TYPE and not check(broker, ctx, Op.DESCRIBE, Res.GROUP, key):
+        return ErrorCode.group_authorization_failed, None, -1
+    if key_type == TRANSACTION_KEY_TYPE and not check(
+            broker, ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed, None, -1
+    return await _find(broker, key_type, key)
+
+
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     key_type = int(view(req, "key_type", GROUP_KEY_TYPE))
     if ctx.api_version >= 4:
         coordinators = []
         for key in req.coordinator_keys or ():
-            code, message, node = await _find(broker, key_type, str(key))
+            code, message, node = await _find_authorized(broker, ctx, key_type, str(key))
             coordinators.append({"key": key, **_node(broker, code, node, ctx.listener),
                                  "error_code": code, "error_message": message})
         return build(ctx.response_class, {"throttle_time": 0, "coordinators": coordinators})
-    code, message, node = await _find(broker, key_type, str(view(req, "key", "") or ""))
+    code, message, node = await _find_authorized(broker, ctx, key_type,
+                                              str(view(req, "key", "") or ""))
     return build(
         ctx.response_class,
         {"throttle_time": 0, "error_code": code, "error_message": message,

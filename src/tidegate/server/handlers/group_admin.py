@@ -11,18 +11,29 @@ from __future__ import annotations
 from typing import Any
 
 from tidegate.common.errors import ErrorCode
+from tidegate.coordinator.group.messages import DescribedGroup
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import authorized_ops, check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.operations import GROUP_OPS, authorized_operations
 
 
+def _denied(group_id: str) -> DescribedGroup:
+    return DescribedGroup(group_id, ErrorCode.group_authorization_failed, state="")
+
+
 async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
-    ops = authorized_operations(GROUP_OPS, bool(view(req, "include_authorized_operations", False)))
-    described = await broker.group_coordinator.describe(
-        [str(g) for g in req.groups], not_found_error=v >= 6
-    )
+    with_ops = bool(view(req, "include_authorized_operations", False))
+    # ACLs (Kafka): DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED for it
+    names = [str(g) for g in req.groups]
+    allowed = [g for g in names if check(broker, ctx, Op.DESCRIBE, Res.GROUP, g)]
+    found = {d.group_id: d for d in await broker.group_coordinator.describe(
+        allowed, not_found_error=v >= 6)}
+    described = [found.get(g) or _denied(g) for g in names]
     return build(
         ctx.response_class,
         {
@@ -46,7 +57,10 @@ async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) 
                         }
                         for m in d.members
                     ],
-                    "authorized_operations": ops,
+                    "authorized_operations": (
+                        authorized_ops(broker, ctx, Res.GROUP, d.group_id, GROUP_OPS)
+                        if with_ops and d.error != ErrorCode.group_authorization_failed
+                        else authorized_operations(GROUP_OPS, False)),
                 }
                 for d in described
             ],
@@ -59,6 +73,10 @@ async def handle_list_groups(broker: Broker, ctx: RequestContext, req: Any) -> A
         [str(s) for s in view(req, "states_filter", ())],
         [str(t) for t in view(req, "types_filter", ())],
     )
+    # ACLs (Kafka): DESCRIBE on the cluster lists all, else the groups one may DESCRIBE
+    if not check_cluster(broker, ctx, Op.DESCRIBE, log_denied=False):
+        groups = [g for g in groups
+                  if check(broker, ctx, Op.DESCRIBE, Res.GROUP, g.group_id, log_denied=False)]
     return build(
         ctx.response_class,
         {
@@ -78,7 +96,11 @@ async def handle_list_groups(broker: Broker, ctx: RequestContext, req: Any) -> A
 
 
 async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    results = await broker.group_coordinator.delete_groups([str(g) for g in req.groups_names])
+    names = [str(g) for g in req.groups_names]
+    # ACLs (Kafka): DELETE on each group, else GROUP_AUTHORIZATION_FAILED for it
+    allowed = [g for g in names if check(broker, ctx, Op.DELETE, Res.GROUP, g)]
+    done = dict(await broker.group_coordinator.delete_groups(allowed)) if allowed else {}
+    results = [(g, done.get(g, ErrorCode.group_authorization_failed)) for g in names]
     return build(
         ctx.response_class,
         {

@@ -22,6 +22,9 @@ from tidegate.coordinator.group.messages import (
     SyncResponse,
 )
 from tidegate.protocol.messages import build, ms, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 
@@ -30,6 +33,12 @@ def client_host(ctx: RequestContext) -> str:
     """Kafka shows a member's host as "/<ip>"."""
     host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
     return "/" + host.strip("[]")
+
+
+def _authorize_group(broker: Broker, ctx: RequestContext, group_id: str) -> None:
+    """Kafka: JoinGroup, SyncGroup, Heartbeat and LeaveGroup need READ on the group."""
+    if not check(broker, ctx, Op.READ, Res.GROUP, group_id):
+        raise KafkaError(code=ErrorCode.group_authorization_failed)
 
 
 async def handle_join_group(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -50,6 +59,7 @@ async def handle_join_group(broker: Broker, ctx: RequestContext, req: Any) -> An
         reason=view(req, "reason"),
     )
     try:
+        _authorize_group(broker, ctx, jr.group_id)
         resp = await broker.group_coordinator.join(jr)
     except KafkaError as e:
         resp = JoinResponse(e.code, jr.member_id)
@@ -90,6 +100,7 @@ async def handle_sync_group(broker: Broker, ctx: RequestContext, req: Any) -> An
         assignments=tuple((str(a.member_id), bytes(a.assignment)) for a in req.assignments),
     )
     try:
+        _authorize_group(broker, ctx, sr.group_id)
         resp = await broker.group_coordinator.sync(sr)
     except KafkaError as e:
         resp = SyncResponse(e.code)
@@ -113,6 +124,7 @@ async def handle_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any
         group_instance_id=view(req, "group_instance_id"),
     )
     try:
+        _authorize_group(broker, ctx, hr.group_id)
         code = await broker.group_coordinator.heartbeat(hr)
     except KafkaError as e:
         code = e.code
@@ -130,6 +142,7 @@ async def handle_leave_group(broker: Broker, ctx: RequestContext, req: Any) -> A
         members = (LeaveMember(str(req.member_id)),)
     lr = LeaveRequest(str(req.group_id), members)
     try:
+        _authorize_group(broker, ctx, lr.group_id)
         resp = await broker.group_coordinator.leave(lr)
     except KafkaError as e:
         resp = LeaveResponse(e.code)

@@ -28,6 +28,9 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.coordinator.producer_ids import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from tidegate.protocol.messages import build, ms, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check, check_any, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 
@@ -44,8 +47,19 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     transactional_id = view(req, "transactional_id")
     if transactional_id == "":
         return _response(ctx, ErrorCode.invalid_request, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+    # ACLs (Kafka): WRITE on the transactional id; an idempotent producer needs
+    # IDEMPOTENT_WRITE on the cluster or WRITE on some topic
     if transactional_id is not None:
+        if not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, str(transactional_id)):
+            return _response(ctx, ErrorCode.transactional_id_authorization_failed,
+                             NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         return await _transactional(broker, ctx, req, str(transactional_id))
+    if broker.authorizer is not None and not (
+            check_cluster(broker, ctx, Op.IDEMPOTENT_WRITE, log_denied=False)
+            or check_any(broker, ctx, Op.WRITE, Res.TOPIC)):
+        check_cluster(broker, ctx, Op.IDEMPOTENT_WRITE)  # logs the denial
+        return _response(ctx, ErrorCode.cluster_authorization_failed, NO_PRODUCER_ID,
+                         NO_PRODUCER_EPOCH)
     loop = asyncio.get_running_loop()
     try:
         producer_id = await loop.run_in_executor(None, broker.producer_ids.next_id)

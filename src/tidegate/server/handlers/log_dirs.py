@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidegate.common.errors import ErrorCode
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 
@@ -29,6 +32,10 @@ def _wanted(req: Any) -> dict[str, set[int]] | None:
 
 
 async def handle_describe_log_dirs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if not check_cluster(broker, ctx, Op.DESCRIBE):  # Kafka's ACL: DESCRIBE on the cluster
+        return build(ctx.response_class, {
+            "throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+            "results": []})
     wanted = _wanted(req)
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic, partition, lg in broker.logs.logs():

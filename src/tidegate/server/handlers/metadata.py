@@ -12,10 +12,13 @@ from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import authorized_ops, check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID
-from tidegate.server.handlers.operations import CLUSTER_OPS, TOPIC_OPS, authorized_operations
+from tidegate.server.handlers.operations import TOPIC_OPS, authorized_operations, cluster_ops_field
 from tidegate.server.metadata_view import PartitionView, TopicView, brokers_on
 
 log = logging.getLogger(__name__)
@@ -42,14 +45,17 @@ def partition_payload(p: PartitionView) -> dict[str, Any]:
     }
 
 
-def topic_payload(topic: TopicView, with_ops: bool = False) -> dict[str, Any]:
+def topic_payload(topic: TopicView, with_ops: bool = False, ops: int | None = None
+                  ) -> dict[str, Any]:
+    """`ops`: the topic's authorized-operations bitfield when the authorizer computed it."""
     return {
         "error_code": 0,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.internal,
         "partitions": [partition_payload(p) for p in topic.partitions],
-        "topic_authorized_operations": authorized_operations(TOPIC_OPS, with_ops),
+        "topic_authorized_operations": (authorized_operations(TOPIC_OPS, with_ops)
+                                        if ops is None or not with_ops else ops),
     }
 
 
@@ -68,12 +74,21 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     requested = view(req, "topics")
     with_ops = bool(view(req, "include_topic_authorized_operations", False))
     topics: list[dict[str, Any]] = []
+    acl = broker.authorizer is not None
+
+    def payload(tv: TopicView) -> dict[str, Any]:
+        ops = (authorized_ops(broker, ctx, Res.TOPIC, tv.name, TOPIC_OPS)
+               if acl and with_ops else None)
+        return topic_payload(tv, with_ops, ops)
+
     # v0 had no null: an empty list meant "all topics".
     if requested is None or (ctx.api_version == 0 and not requested):
         for n in md.topic_names():
             tv = md.topic(n)
-            if tv is not None:
-                topics.append(topic_payload(tv, with_ops))
+            # ACLs (Kafka): listing all topics shows only those one may DESCRIBE
+            if tv is not None and (not acl or check(broker, ctx, Op.DESCRIBE, Res.TOPIC, n,
+                                                    log_denied=False)):
+                topics.append(payload(tv))
     else:
         allow_auto = bool(view(req, "allow_auto_topic_creation", True))
         for t in requested:
@@ -83,13 +98,26 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 tv = md.topic_by_id(topic_id)
                 if tv is None:
                     topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id))
+                elif not check(broker, ctx, Op.DESCRIBE, Res.TOPIC, tv.name):
+                    topics.append(_error_topic(None, ErrorCode.topic_authorization_failed,
+                                               topic_id))
                 else:
-                    topics.append(topic_payload(tv, with_ops))
+                    topics.append(payload(tv))
                 continue
             if not name:
                 topics.append(_error_topic(name, ErrorCode.invalid_topic_exception))
                 continue
+            # ACLs (Kafka): a named topic needs DESCRIBE; auto-creating it CREATE on the
+            # cluster or the topic
+            if not check(broker, ctx, Op.DESCRIBE, Res.TOPIC, name):
+                topics.append(_error_topic(name, ErrorCode.topic_authorization_failed))
+                continue
             tv = md.topic(name)
+            if (tv is None and allow_auto and broker.auto_create_enabled() and acl
+                    and not check_cluster(broker, ctx, Op.CREATE, log_denied=False)
+                    and not check(broker, ctx, Op.CREATE, Res.TOPIC, name)):
+                topics.append(_error_topic(name, ErrorCode.topic_authorization_failed))
+                continue
             if tv is None and allow_auto and broker.auto_create_enabled():
                 try:
                     await broker.topic_admin.create_topic(
@@ -105,7 +133,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             if tv is None:
                 topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
             else:
-                topics.append(topic_payload(tv, with_ops))
+                topics.append(payload(tv))
     return build(
         ctx.response_class,
         {
@@ -114,8 +142,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "cluster_id": md.cluster_id,
             "controller_id": md.controller_id,
             "topics": topics,
-            "cluster_authorized_operations": authorized_operations(
-                CLUSTER_OPS, bool(view(req, "include_cluster_authorized_operations", False))
-            ),
+            "cluster_authorized_operations": cluster_ops_field(
+                broker, ctx, bool(view(req, "include_cluster_authorized_operations", False))),
         },
     )

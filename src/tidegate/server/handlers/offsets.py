@@ -20,6 +20,9 @@ from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields
@@ -40,6 +43,7 @@ def _leader(broker: Broker, topic: str, index: int, p: Any) -> Partition | Error
 async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     committed = int(view(req, "isolation_level", 0)) == 1
     from_replica = int(view(req, "replica_id", -1)) >= 0
+    allowed = {t.name for t in req.topics if check(broker, ctx, Op.DESCRIBE, Res.TOPIC, t.name)}
     topics = []
     for t in req.topics:
         parts = []
@@ -53,7 +57,8 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> 
                 "leader_epoch": -1,
                 "old_style_offsets": [],
             }
-            part = _leader(broker, t.name, index, p)
+            part = _leader(broker, t.name, index, p) if t.name in allowed else (
+                ErrorCode.topic_authorization_failed)
             if isinstance(part, ErrorCode):
                 out["error_code"] = part
                 parts.append(out)
@@ -90,6 +95,14 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> 
 
 
 async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    # ACLs: a follower (replica_id >= 0) needs CLUSTER_ACTION, a client DESCRIBE on the topic
+    denied: dict[str, ErrorCode] = {}
+    if int(view(req, "replica_id", -1)) >= 0:
+        if not check_cluster(broker, ctx, Op.CLUSTER_ACTION):
+            denied = {t.topic: ErrorCode.cluster_authorization_failed for t in req.topics}
+    else:
+        denied = {t.topic: ErrorCode.topic_authorization_failed for t in req.topics
+                  if not check(broker, ctx, Op.DESCRIBE, Res.TOPIC, t.topic)}
     topics = []
     for t in req.topics:
         parts = []
@@ -101,7 +114,7 @@ async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, re
                 "leader_epoch": -1,
                 "end_offset": -1,
             }
-            part = _leader(broker, t.topic, index, p)
+            part = denied.get(t.topic) or _leader(broker, t.topic, index, p)
             if isinstance(part, ErrorCode):
                 out["error_code"] = part
             elif part.stamp_epoch:
@@ -118,13 +131,15 @@ async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, re
 
 
 async def handle_delete_records(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    allowed = {t.name for t in req.topics if check(broker, ctx, Op.DELETE, Res.TOPIC, t.name)}
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             index = int(p.partition_index)
             out: dict[str, Any] = {"partition_index": index, "low_watermark": -1, "error_code": 0}
-            part = _leader(broker, t.name, index, p)
+            part = _leader(broker, t.name, index, p) if t.name in allowed else (
+                ErrorCode.topic_authorization_failed)
             if isinstance(part, ErrorCode):
                 out["error_code"] = part
             else:

@@ -19,6 +19,9 @@ from tidegate.coordinator.group.messages import (
     OffsetFetchResponse,
 )
 from tidegate.protocol.messages import build, ms, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID
@@ -50,11 +53,19 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
     valid: list[CommitPartition] = []
     where: dict[tuple[str, int], tuple[int, int]] = {}
     topics = []
+    # ACLs (Kafka): READ on the group, else every partition fails; READ on each topic
+    group_ok = check(broker, ctx, Op.READ, Res.GROUP, str(req.group_id))
     for ti, t in enumerate(req.topics):
         name, topic_id = _topic_name(broker, t)
         topics.append((name, topic_id, [int(p.partition_index) for p in t.partitions]))
+        denied = (ErrorCode.group_authorization_failed if not group_ok else
+                  ErrorCode.topic_authorization_failed if name is not None
+                  and not check(broker, ctx, Op.READ, Res.TOPIC, name) else None)
         for p in t.partitions:
             index = int(p.partition_index)
+            if denied is not None:
+                codes[(ti, index)] = denied
+                continue
             if not _exists(broker, name, index):
                 codes[(ti, index)] = (
                     ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
@@ -104,10 +115,16 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
 
 
 async def _fetch_group(
-    broker: Broker, group_id: str, topics: Any, by_id: bool, require_stable: bool
+    broker: Broker, ctx: RequestContext, group_id: str, topics: Any, by_id: bool,
+    require_stable: bool
 ) -> tuple[ErrorCode, list[dict[str, Any]]]:
-    """One group's answer: (group error, topics payload)."""
+    """One group's answer: (group error, topics payload). ACLs as Kafka: DESCRIBE on the
+    group, else GROUP_AUTHORIZATION_FAILED; topics the principal may not DESCRIBE are
+    TOPIC_AUTHORIZATION_FAILED when named, left out when all are asked for."""
+    if not check(broker, ctx, Op.DESCRIBE, Res.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, []
     unknown: list[tuple[uuid.UUID | None, list[int]]] = []
+    refused: list[tuple[str, uuid.UUID | None, list[int]]] = []
     wanted: list[tuple[str, int]] | None = None
     ids: dict[str, uuid.UUID | None] = {}
     if topics is not None:
@@ -117,6 +134,9 @@ async def _fetch_group(
             parts = [int(p) for p in t.partition_indexes]
             if name is None:
                 unknown.append((topic_id, parts))
+                continue
+            if not check(broker, ctx, Op.DESCRIBE, Res.TOPIC, name):
+                refused.append((name, topic_id, parts))
                 continue
             ids[name] = topic_id
             wanted += [(name, p) for p in parts]
@@ -139,6 +159,9 @@ async def _fetch_group(
         )
     payload = []
     for name, fetched in grouped.items():
+        if wanted is None and not check(broker, ctx, Op.DESCRIBE, Res.TOPIC, name,
+                                        log_denied=False):
+            continue
         topic_id = ids.get(name)
         if by_id and topic_id is None:
             meta = broker.logs.topics.get(name)
@@ -146,6 +169,11 @@ async def _fetch_group(
                 continue  # offsets of a topic that is gone cannot be named by id
             topic_id = meta.topic_id
         payload.append({**_topic_key(by_id, name, topic_id), "partitions": fetched})
+    for name, topic_id, parts in refused:
+        payload.append({**_topic_key(by_id, name, topic_id), "partitions": [
+            {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+             "metadata": "", "error_code": ErrorCode.topic_authorization_failed}
+            for p in parts]})
     for topic_id, parts in unknown:
         payload.append(
             {
@@ -171,10 +199,11 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> 
     if v >= 8:
         groups = []
         for g in req.groups:
-            code, topics = await _fetch_group(broker, str(g.group_id), g.topics, v >= 10, stable)
+            code, topics = await _fetch_group(broker, ctx, str(g.group_id), g.topics, v >= 10,
+                                              stable)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return build(ctx.response_class, {"throttle_time": 0, "groups": groups})
-    code, topics = await _fetch_group(broker, str(req.group_id), req.topics, False, stable)
+    code, topics = await _fetch_group(broker, ctx, str(req.group_id), req.topics, False, stable)
     if v < 2 and code != ErrorCode.none:  # v1 has no top-level error: per partition
         for t in topics:
             for p in t["partitions"]:
@@ -185,10 +214,17 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> 
 async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     codes: dict[tuple[str, int], ErrorCode] = {}
     valid: list[tuple[str, int]] = []
+    # ACLs (Kafka): DELETE on the group, READ on each topic
+    if not check(broker, ctx, Op.DELETE, Res.GROUP, str(req.group_id)):
+        return build(ctx.response_class, {"throttle_time": 0, "topics": [],
+                                          "error_code": ErrorCode.group_authorization_failed})
     for t in req.topics:
+        readable = check(broker, ctx, Op.READ, Res.TOPIC, str(t.name))
         for p in t.partitions:
             tp = (str(t.name), int(p.partition_index))
-            if _exists(broker, tp[0], tp[1]):
+            if not readable:
+                codes[tp] = ErrorCode.topic_authorization_failed
+            elif _exists(broker, tp[0], tp[1]):
                 valid.append(tp)
             else:
                 codes[tp] = ErrorCode.unknown_topic_or_partition

@@ -3,12 +3,20 @@
 Kafka answers `*_authorized_operations` with a bitfield of ACL operations (bit n set
 for operation code n) when the request asks for them, and INT32_MIN when it does not.
 Without an authorizer every client may do everything, so the answer is every operation
-the resource type supports, as Kafka's AclEntry lists them.
+the resource type supports, as Kafka's AclEntry lists them; with one, handlers ask
+server/authz.py's `authorized_ops` for the operations the ACLs allow.
 """
 
 from __future__ import annotations
 
-import enum
+from typing import TYPE_CHECKING
+
+from tidegate.common.acl import CLUSTER_NAME, AclOperation, ResourceType
+from tidegate.server.authz import authorized_ops, check_cluster
+
+if TYPE_CHECKING:
+    from tidegate.server.broker import Broker
+    from tidegate.server.context import RequestContext
 
 __all__ = [
     "CLUSTER_OPS",
@@ -17,22 +25,10 @@ __all__ = [
     "TOPIC_OPS",
     "AclOperation",
     "authorized_operations",
+    "cluster_ops_field",
 ]
 
 NOT_REQUESTED = -2147483648  # INT32_MIN: "authorized operations were not asked for"
-
-
-class AclOperation(enum.IntEnum):
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
 
 
 _O = AclOperation
@@ -55,3 +51,13 @@ def authorized_operations(supported: frozenset[AclOperation], requested: bool) -
     for op in supported:
         bits |= 1 << int(op)
     return bits
+
+
+def cluster_ops_field(broker: Broker, ctx: RequestContext, requested: bool) -> int:
+    """Kafka: the cluster's authorized operations when asked for, 0 for a principal
+    who may not even DESCRIBE the cluster."""
+    if not requested:
+        return authorized_operations(CLUSTER_OPS, False)
+    if not check_cluster(broker, ctx, AclOperation.DESCRIBE, log_denied=False):
+        return 0
+    return authorized_ops(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)

@@ -37,6 +37,9 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import build, ms, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields, resolve_topic
@@ -105,13 +108,24 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                   waits: list[asyncio.Future[None] | Any], wait_slots: list[dict[str, Any]],
                   slots: dict[tuple[int, int], Slot]) -> Any:
     timeout = max(ms(view(req, "timeout", 30000)), 0) / 1000 or 30.0
+    # ACLs (Kafka's KafkaApis): WRITE on the transactional id, else every partition
+    # fails; then WRITE on each topic.
+    txn_id = view(req, "transactional_id")
+    denied_all = (ErrorCode.transactional_id_authorization_failed
+                  if txn_id and not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
+                  else None)
     for ti, topic in enumerate(req.topic_data):
         name, topic_id = resolve_topic(broker, topic)
         key = {"name": name or view(topic, "name") or "", "topic_id": topic_id}
+        denied = denied_all or (ErrorCode.topic_authorization_failed if name is not None
+                                and not check(broker, ctx, Op.WRITE, Res.TOPIC, name) else None)
         for part in topic.partition_data:
             index = int(part.index)
             if acks not in (-1, 0, 1):
                 results.append((key, _partition_result(index, ErrorCode.invalid_required_acks)))
+                continue
+            if denied is not None:
+                results.append((key, _partition_result(index, denied)))
                 continue
             if name in INTERNAL_TOPICS:
                 # Only the coordinators write their own logs (Kafka: "Cannot append to

@@ -24,6 +24,8 @@ from typing import Any
 from tidegate.common.errors import ErrorCode
 from tidegate.common.scram import BY_TYPE, MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 
@@ -92,6 +94,10 @@ async def handle_describe_user_scram_credentials(
     broker: Broker, ctx: RequestContext, req: Any
 ) -> Any:
     store = broker.scram_users
+    if not check_cluster(broker, ctx, Op.DESCRIBE):  # Kafka's ACL: DESCRIBE on the cluster
+        return build(ctx.response_class, {
+            "throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": "Cluster authorization failed", "results": []})
     wanted = view(req, "users")
     results: list[dict[str, Any]] = []
     if wanted is None or len(wanted) == 0:
@@ -135,8 +141,12 @@ async def handle_alter_user_scram_credentials(
                             for u in upsertions]:
         seen[key] = seen.get(key, 0) + 1
     errors: dict[str, tuple[ErrorCode, str]] = {}
+    denied = not check_cluster(broker, ctx, Op.ALTER)  # Kafka's ACL: ALTER on the cluster
     for (name, mech), count in seen.items():
-        if count > 1:
+        if denied:
+            errors[name] = (ErrorCode.cluster_authorization_failed,
+                            "Cluster authorization failed")
+        elif count > 1:
             errors[name] = (ErrorCode.duplicate_resource,
                             "A user credential cannot be altered twice in the same request")
         elif not name:

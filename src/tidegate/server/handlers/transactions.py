@@ -42,6 +42,9 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import CONSUMER_OFFSETS, INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.markers import Marker, write_markers
@@ -124,9 +127,25 @@ def _by_topic(results: dict[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:
     return [{"name": t, "results_by_partition": parts} for t, parts in grouped.items()]
 
 
+def _denied_add(broker: Broker, ctx: RequestContext, txn_id: str, topics: Any
+                ) -> dict[TopicPartition, ErrorCode] | None:
+    """Kafka's AddPartitionsToTxn ACLs (v3 and below): WRITE on the transactional id,
+    else every partition fails; WRITE on each topic, else that topic's partitions fail
+    and the others are OPERATION_NOT_ATTEMPTED. None: authorized."""
+    wanted = [(str(t.name), int(p)) for t in topics or () for p in t.partitions or ()]
+    if not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id):
+        return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    refused = {n for n, _ in wanted if not check(broker, ctx, Op.WRITE, Res.TOPIC, n)}
+    if not refused:
+        return None
+    return {tp: ErrorCode.topic_authorization_failed if tp[0] in refused
+            else ErrorCode.operation_not_attempted for tp in wanted}
+
+
 async def handle_add_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version <= 3:
-        results = await _add_one(
+        results = _denied_add(broker, ctx, str(req.v3_and_below_transactional_id),
+                              req.v3_and_below_topics) or await _add_one(
             broker, str(req.v3_and_below_transactional_id),
             int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch),
             req.v3_and_below_topics, False)
@@ -136,6 +155,10 @@ async def handle_add_partitions(broker: Broker, ctx: RequestContext, req: Any) -
     # v4+ come from partition leaders batching their KIP-890 verifications: the
     # transactions are independent (one entry per id), so they are answered together
     txns = list(req.transactions or ())
+    if not check_cluster(broker, ctx, Op.CLUSTER_ACTION):  # Kafka: only brokers send v4+
+        return build(ctx.response_class, {
+            "throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+            "results_by_transaction": []})
     answers = await asyncio.gather(*(
         _add_one(broker, str(txn.transactional_id), int(txn.producer_id),
                  int(txn.producer_epoch), txn.topics, bool(txn.verify_only), from_broker=True)
@@ -152,6 +175,10 @@ async def handle_add_offsets(broker: Broker, ctx: RequestContext, req: Any) -> A
         code = ErrorCode.invalid_request
     elif not group_id:
         code = ErrorCode.invalid_group_id
+    elif not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id):
+        code = ErrorCode.transactional_id_authorization_failed
+    elif not check(broker, ctx, Op.READ, Res.GROUP, group_id):
+        code = ErrorCode.group_authorization_failed
     else:
         try:
             code = await broker.txn_coordinator.add_offsets(
@@ -169,6 +196,10 @@ async def handle_end_txn(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         return build(ctx.response_class, {"throttle_time": 0,
                                           "error_code": ErrorCode.invalid_request,
                                           "producer_id": -1, "producer_epoch": -1})
+    if not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id):
+        return build(ctx.response_class, {
+            "throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
+            "producer_id": -1, "producer_epoch": -1})
     try:
         code, new_pid, new_epoch = await broker.txn_coordinator.end_txn(
             txn_id, pid, epoch, bool(req.committed), ctx.api_version)
@@ -186,11 +217,23 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
     pid, epoch = int(req.producer_id), int(req.producer_epoch)
     codes: dict[TopicPartition, ErrorCode] = {}
     valid: list[TxnCommitPartition] = []
+    # ACLs (Kafka): WRITE on the transactional id and READ on the group, else every
+    # partition fails; READ on each topic
+    denied_all = (
+        ErrorCode.transactional_id_authorization_failed
+        if txn_id and not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
+        else ErrorCode.group_authorization_failed
+        if group_id and not check(broker, ctx, Op.READ, Res.GROUP, group_id) else None)
     for t in req.topics or ():
         name = str(t.name)
         count = _partition_count(broker, name)
+        denied = denied_all or (None if check(broker, ctx, Op.READ, Res.TOPIC, name)
+                                else ErrorCode.topic_authorization_failed)
         for p in t.partitions or ():
             index = int(p.partition_index)
+            if denied is not None:
+                codes[(name, index)] = denied
+                continue
             if not 0 <= index < count:
                 codes[(name, index)] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -239,6 +282,7 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
 
 async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     out = []
+    allowed = check_cluster(broker, ctx, Op.CLUSTER_ACTION)  # Kafka: brokers only
     for m in req.markers or ():
         marker = Marker(int(m.producer_id), int(m.producer_epoch), int(m.coordinator_epoch),
                         bool(m.transaction_result))
@@ -247,7 +291,8 @@ async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any
             wanted += [(str(t.name), int(p)) for p in t.partition_indexes or ()]
         writable = [tp for tp in wanted
                     if tp[0] == CONSUMER_OFFSETS or tp[0] not in INTERNAL_TOPICS]
-        results = await write_markers(broker, marker, writable)
+        results = (await write_markers(broker, marker, writable) if allowed
+                   else dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed))
         grouped: dict[str, list[dict[str, Any]]] = {}
         for tp in wanted:
             code = results.get(tp, ErrorCode.invalid_topic_exception)

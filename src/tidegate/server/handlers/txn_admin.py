@@ -15,6 +15,9 @@ from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.protocol.messages import build, view
+from tidegate.server.authz import AclOperation as Op
+from tidegate.server.authz import ResourceType as Res
+from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 
@@ -42,8 +45,13 @@ async def handle_list_transactions(broker: Broker, ctx: RequestContext, req: Any
                 [s for s in states if s in STATE_NAMES], pids, duration)
         except KafkaError as e:
             code, found = e.code, []
+        # ACLs (Kafka): DESCRIBE on the cluster lists all, else the ids one may DESCRIBE
+        every = check_cluster(broker, ctx, Op.DESCRIBE, log_denied=False)
         for t in found:
             if regex is not None and not regex.fullmatch(t.transactional_id):
+                continue
+            if not every and not check(broker, ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID,
+                                       t.transactional_id, log_denied=False):
                 continue
             listed.append({"transactional_id": t.transactional_id,
                            "producer_id": t.producer_id, "transaction_state": t.state})
@@ -55,7 +63,15 @@ async def handle_list_transactions(broker: Broker, ctx: RequestContext, req: Any
 async def handle_describe_transactions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     ids = [str(t) for t in req.transactional_ids or ()]
     out = []
-    for d in await broker.txn_coordinator.describe_transactions(ids):
+    # ACLs (Kafka): DESCRIBE on each transactional id
+    allowed = [t for t in ids if check(broker, ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, t)]
+    for t in ids:
+        if t not in allowed:
+            out.append({"error_code": ErrorCode.transactional_id_authorization_failed,
+                        "transactional_id": t, "transaction_state": "",
+                        "transaction_timeout": 0, "transaction_start_time": -1,
+                        "producer_id": -1, "producer_epoch": -1, "topics": []})
+    for d in await broker.txn_coordinator.describe_transactions(allowed) if allowed else ():
         out.append({
             "error_code": d.error,
             "transactional_id": d.transactional_id,
@@ -73,8 +89,14 @@ async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: An
     topics = []
     for t in req.topics or ():
         parts: list[dict[str, Any]] = []
+        readable = check(broker, ctx, Op.READ, Res.TOPIC, str(t.name))  # Kafka's ACL
         for p in t.partition_indexes or ():
             index = int(p)
+            if not readable:
+                parts.append({"partition_index": index, "error_code":
+                              ErrorCode.topic_authorization_failed, "error_message": None,
+                              "active_producers": []})
+                continue
             try:  # the leader's producer state is the one that answers (Kafka's rule)
                 lg = broker.replicas.leader(str(t.name), index).log
             except KafkaError as e:

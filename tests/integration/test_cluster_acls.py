@@ -1,0 +1,117 @@
+"""ACLs in a 3-broker ZooKeeper cluster (server/cluster/acls.py): an ACL created through
+one broker is enforced by the others within seconds, a deletion too, and the znodes are
+Kafka's (`/kafka-acl/Topic/<t>`, `/kafka-acl-extended/prefixed/...`, change
+notifications). Brokers talk to each other on a PLAINTEXT listener named INTERNAL, as
+User:ANONYMOUS, which `super.users` therefore lists (docs/security.md); clients use
+SASL_PLAINTEXT (PLAIN users admin and alice), logged in by hand over the raw wire so
+each request goes to the broker the test names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+from tests.integration.cluster import Cluster, wait_for
+from tests.integration.conftest import free_port
+from tests.integration.rawclient import RawClient
+
+pytestmark = pytest.mark.interop
+
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'user_admin="admin-secret" user_alice="alice-secret";')
+TAF, UNKNOWN_TOPIC = 29, 3
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, dict[int, int]]]:
+    c = Cluster(tmp_path_factory.mktemp("acl-cluster"), overrides={
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:ANONYMOUS;User:admin",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+    })
+    sasl: dict[int, int] = {}
+    for bid, b in c.brokers.items():
+        sasl[bid] = free_port()
+        b.overrides["listeners"] = (f"INTERNAL://127.0.0.1:{b.port},"
+                                    f"SASL_PLAINTEXT://127.0.0.1:{sasl[bid]}")
+    c.start()
+    try:
+        yield c, sasl
+    finally:
+        c.stop()
+
+
+def login(port: int, user: str) -> RawClient:
+    """A raw connection to one broker, authenticated with SASL/PLAIN."""
+    raw = RawClient(f"127.0.0.1:{port}")
+    assert int(raw.call(17, 1, {"mechanism": "PLAIN"}).error_code) == 0
+    token = b"\0" + user.encode() + b"\0" + f"{user}-secret".encode()
+    assert int(raw.call(36, 2, {"auth_bytes": token}).error_code) == 0
+    return raw
+
+
+def _describe_code(raw: RawClient, topic: str) -> int:
+    resp = raw.call(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+    return int(resp.topics[0].error_code)
+
+
+def _acl(op: int, name: str, pattern: int = 3) -> dict[str, object]:
+    return {"resource_type": 2, "resource_name": name, "resource_pattern_type": pattern,
+            "principal": "User:alice", "host": "*", "operation": op, "permission_type": 3}
+
+
+def test_an_acl_made_on_one_broker_holds_on_every_broker(
+        secured: tuple[Cluster, dict[int, int]]) -> None:
+    c, sasl = secured
+    admin1, admin2 = login(sasl[1], "admin"), login(sasl[2], "admin")
+    alice = {bid: login(port, "alice") for bid, port in sasl.items()}
+    try:
+        for raw in alice.values():
+            assert _describe_code(raw, "orders") == TAF
+        created = admin1.call(30, 3, {"creations": [_acl(8, "orders"), _acl(4, "pay-", 4)]})
+        assert [int(r.error_code) for r in created.results] == [0, 0]
+        for bid, raw in alice.items():  # DESCRIBE granted: the topic is merely unknown
+            wait_for(f"broker {bid} to apply the ACL",
+                     lambda raw=raw: _describe_code(raw, "orders") == UNKNOWN_TOPIC, 10)
+        zk = KazooClient(hosts=f"{c.zk.connect}/tidegate")
+        zk.start()
+        try:
+            data, _ = zk.get("/kafka-acl/Topic/orders")
+            assert json.loads(data) == {"version": 1, "acls": [
+                {"principal": "User:alice", "permissionType": "Allow",
+                 "operation": "Describe", "host": "*"}]}
+            assert zk.exists("/kafka-acl-extended/prefixed/Topic/pay-")
+            assert zk.get_children("/kafka-acl-changes")
+            assert zk.get_children("/kafka-acl-extended-changes")
+        finally:
+            zk.stop()
+            zk.close()
+        deleted = admin2.call(31, 3, {"filters": [{
+            "resource_type_filter": 2, "resource_name_filter": "orders",
+            "pattern_type_filter": 3, "principal_filter": None, "host_filter": None,
+            "operation": 1, "permission_type": 1}]})
+        assert len(deleted.filter_results[0].matching_acls) == 1
+        for bid, raw in alice.items():
+            wait_for(f"broker {bid} to drop the ACL",
+                     lambda raw=raw: _describe_code(raw, "orders") == TAF, 10)
+        # the PREFIXED one is still everywhere (WRITE implies DESCRIBE)
+        for raw in alice.values():
+            assert _describe_code(raw, "pay-eu") == UNKNOWN_TOPIC
+    finally:
+        for raw in (admin1, admin2, *alice.values()):
+            raw.close()
+    # a restarted broker reads the ACLs back from ZooKeeper
+    c.brokers[3].stop()
+    c.restart(3)
+    again = login(sasl[3], "alice")
+    try:
+        assert _describe_code(again, "pay-eu") == UNKNOWN_TOPIC
+        assert _describe_code(again, "orders") == TAF
+    finally:
+        again.close()
