@@ -4,8 +4,15 @@ key, v4+ batched keys).
 Embedded broker: this node coordinates everything. Cluster: the coordinator of a key is
 the leader of its partition of `__consumer_offsets` (groups) or `__transaction_state`
 (transactional ids): the partition's shard is loaded there (server/coordinator.py). The
-topic is created on the first request, and while it has no leader the answer is
-COORDINATOR_NOT_AVAILABLE, which clients retry.
+topic is created on the first request, which then waits (up to `LEADER_WAIT_S`) until the
+key's partition has a leader in the metadata, and answers that broker; only past that
+wait is the answer COORDINATOR_NOT_AVAILABLE. Kafka answers COORDINATOR_NOT_AVAILABLE at
+once while the topic is being created, but creating it here takes a few ZooKeeper round
+trips per broker, longer than librdkafka's coordinator lookup retries for before it
+waits for a broker state change to try again — which, in a quiet cluster, can outlast a
+transaction's timeout (a first `send_offsets_to_transaction` then stalled until the
+coordinator aborted the transaction). A leader that has not loaded its shard yet answers
+COORDINATOR_LOAD_IN_PROGRESS to the request that follows, which every client retries.
 
 Key type 0 (groups) and key type 1 (transactional ids) answer this node once the
 matching coordinator has started (COORDINATOR_NOT_AVAILABLE before, which clients
@@ -15,6 +22,7 @@ retry); an empty transactional id is INVALID_REQUEST, as in Kafka. Other key typ
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from tidegate.common.errors import ErrorCode
@@ -33,6 +41,12 @@ if TYPE_CHECKING:
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
+# How long a FindCoordinator waits for its internal topic's partition to have a leader
+# (module docstring): well inside every client's request timeout (librdkafka 60 s, Java
+# 30 s), and long enough for a cluster to create a 50-partition topic.
+LEADER_WAIT_S = 5.0
+_POLL_S = 0.05
+
 
 async def _cluster_lookup(broker: Broker, key_type: int,
                           key: str) -> tuple[ErrorCode, str | None, int]:
@@ -46,15 +60,29 @@ async def _cluster_lookup(broker: Broker, key_type: int,
     else:
         return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}", -1
     internal = coordinator.runtime.topic
-    if not await coordinator.ensure_topic():
+    exists = await coordinator.ensure_topic()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LEADER_WAIT_S
+    while True:
+        leader = _leader(broker, coordinator, internal, key)
+        if leader >= 0:
+            return ErrorCode.none, None, leader
+        if loop.time() >= deadline:
+            break
+        await asyncio.sleep(_POLL_S)  # the metadata watcher updates the view
+    if not exists and broker.metadata.topic(internal) is None:
         return ErrorCode.coordinator_not_available, f"{internal} is being created", -1
+    return ErrorCode.coordinator_not_available, "the coordinator has no leader yet", -1
+
+
+def _leader(broker: Broker, coordinator: GroupCoordinator | TransactionCoordinator,
+            internal: str, key: str) -> int:
+    """The leader of `key`'s partition of the internal topic in the metadata, or -1."""
     topic = broker.metadata.topic(internal)
+    if topic is None:
+        return -1
     index = coordinator.partition_for(key)
-    leader = -1 if topic is None or index >= len(topic.partitions) \
-        else topic.partitions[index].leader
-    if leader < 0:
-        return ErrorCode.coordinator_not_available, "the coordinator has no leader yet", -1
-    return ErrorCode.none, None, leader
+    return -1 if index >= len(topic.partitions) else topic.partitions[index].leader
 
 
 def _lookup(broker: Broker, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
