@@ -9,6 +9,7 @@ SIGSTOP. `diverging_replicas` compares the brokers' copies of partitions byte fo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -79,6 +80,25 @@ class Cluster:
 
     def logs(self) -> str:
         return "\n".join(f"--- broker {bid}\n{b.logs()}" for bid, b in self.brokers.items())
+
+    def failure_report(self, tail: int = 8000) -> str:
+        """What to print when a test fails: every broker's warnings and refusals, then
+        the tail of each broker's log (a tail of the concatenation shows one broker).
+        The whole logs are written next to the brokers' data (`<base>/broker-N.log`)."""
+        notable = ("WARNING", "ERROR", "refused", "Traceback", "not coordinator",
+                   "COORDINATOR", "timed out", "fault point")
+        out = []
+        for bid, b in self.brokers.items():
+            text = b.logs()
+            path = self.base / f"broker-{bid}.log"
+            with contextlib.suppress(OSError):
+                path.write_text(text)
+            lines = [ln for ln in text.splitlines() if any(k in ln for k in notable)]
+            out.append(f"--- broker {bid} (whole log: {path}): {len(lines)} notable lines\n"
+                       + "\n".join(lines[-60:]))
+        for bid, b in self.brokers.items():
+            out.append(f"--- broker {bid}: last {tail} characters\n{b.logs()[-tail:]}")
+        return "\n".join(out)
 
 
 def log_digest(directory: Path) -> str:

@@ -113,7 +113,7 @@ def test_an_alter_through_one_broker_is_described_and_applied_by_all(cluster: Cl
     try:
         _alter_and_check(cluster)
     except BaseException:
-        print(cluster.logs()[-30000:])
+        print(cluster.failure_report())
         raise
 
 
@@ -258,7 +258,7 @@ def test_a_follower_behind_the_leaders_log_start_restarts_there(tmp_path: Path) 
 
         wait_for(f"identical replicas (leader log start {start})", same_bytes)
     except BaseException:
-        print(c.logs()[-20000:])
+        print(c.failure_report())
         raise
     finally:
         c.stop()

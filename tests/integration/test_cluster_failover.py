@@ -122,7 +122,7 @@ def test_acks_all_survives_leader_kills(tmp_path: Path) -> None:
 
         wait_for("byte-identical replicas", identical, timeout=30)
     except BaseException:
-        print(c.logs()[-20000:])
+        print(c.failure_report())
         raise
     finally:
         c.stop()
@@ -163,7 +163,7 @@ def test_min_insync_replicas_refuses_writes_when_too_few(tmp_path: Path, acks: s
         p2.flush(35)
         assert errors == ["ok"], errors
     except BaseException:
-        print(c.logs()[-20000:])
+        print(c.failure_report())
         raise
     finally:
         c.stop()

@@ -201,7 +201,7 @@ def quiet_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     try:
         yield c
     except BaseException:
-        print(c.logs()[-20000:])
+        print(c.failure_report())
         raise
     finally:
         c.stop()

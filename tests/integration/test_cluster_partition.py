@@ -233,7 +233,7 @@ def test_isolated_leader_stops_acking_and_its_tail_is_truncated(
               f"{dropped} packets dropped; heal to back in the ISR: {t_rejoin:.2f} s; "
               f"{len(acked)} acks=all records read back once")
     except BaseException:
-        print(c.logs()[-30000:])
+        print(c.failure_report())
         raise
     finally:
         net.heal_all()  # an isolated broker would wait out its controlled shutdown
@@ -316,7 +316,7 @@ def test_paused_follower_leaves_and_rejoins_the_isr(tmp_path: Path) -> None:
               f"{after_shrink.isr}; ISR expansion {t_expand:.2f} s after SIGCONT; "
               f"{len(acked)} acks=all records read back once")
     except BaseException:
-        print(c.logs()[-30000:])
+        print(c.failure_report())
         raise
     finally:
         c.stop()

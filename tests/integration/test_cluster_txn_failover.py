@@ -117,7 +117,7 @@ def healed(cluster: Cluster) -> Iterator[Cluster]:
         ok = True
     finally:
         if not ok:
-            print(cluster.logs()[-30000:])
+            print(cluster.failure_report())
         for bid, b in cluster.brokers.items():
             if b.proc is None or b.proc.poll() is not None:
                 cluster.restart(bid)
