@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run install deps-system deps-node fuzz-c lint typecheck layers unit test soak bench demo demo-cluster demo-tidegate-cluster clean
+.PHONY: run install deps-system deps-node deps-kafka deps-java fuzz-c lint typecheck layers unit test soak bench demo demo-cluster demo-tidegate-cluster clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,35 @@ deps-node:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
 	@[ -d $(KAFKAJS)/node_modules/kafkajs ] || npm ci --prefix $(KAFKAJS) --no-audit --no-fund --loglevel=error
 
+# Apache Kafka itself, the oracle of tests/integration/test_kafka_oracle.py: its broker's
+# jars from Maven Central (tests/integration/kafka_oracle/pom.xml) into that folder's
+# gitignored lib/; Maven and a Java runtime from Debian's packages if the machine has none.
+KAFKA_ORACLE := tests/integration/kafka_oracle
+$(KAFKA_ORACLE)/lib/.copied: $(KAFKA_ORACLE)/pom.xml
+	@command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1 || { \
+	  echo "installing maven and a Java runtime (Debian packages)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq maven default-jre-headless >/dev/null; }
+	rm -rf $(KAFKA_ORACLE)/lib
+	mvn -q -B -f $(KAFKA_ORACLE)/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	    -DoutputDirectory=$(CURDIR)/$(KAFKA_ORACLE)/lib
+	touch $@
+deps-kafka: $(KAFKA_ORACLE)/lib/.copied
+
+# Kafka's own Java client (tests/integration/test_java_client.py): a Maven project whose
+# one jar holds the driver and kafka-clients from Maven Central; a JDK and Maven from
+# Debian's packages if the machine has none. Rebuilt only when the pom or a source changed.
+JAVA_DRIVER := tests/integration/java
+JAVA_JAR    := $(JAVA_DRIVER)/target/tidegate-java-driver.jar
+$(JAVA_JAR): $(JAVA_DRIVER)/pom.xml $(shell find $(JAVA_DRIVER)/src -name '*.java' 2>/dev/null)
+	@command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || { \
+	  echo "installing maven and a JDK (Debian packages)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq maven default-jdk-headless >/dev/null; }
+	cd $(JAVA_DRIVER) && mvn -q -B package
+	touch $@
+deps-java: $(JAVA_JAR)
+
 # Serving needs only the package (and its C speedups), not the test and lint tools.
 RUN_STAMP := $(VENV)/.installed-run
 $(RUN_STAMP): pyproject.toml setup.py src/tidegate/records/_speedups.c | $(BIN)/python
@@ -81,7 +110,7 @@ layers: install
 unit: install
 	$(BIN)/pytest -q tests/unit
 
-test: install deps-system deps-node lint typecheck layers
+test: install deps-system deps-node deps-kafka deps-java lint typecheck layers
 	@$(BIN)/python -c "from tidegate.records import record; print('record speedups (C extension):', 'on' if record.SPEEDUPS else 'OFF, pure Python')"
 	# integration tests one at a time (real brokers, clusters and timings); unit tests,
 	# CPU-bound and independent, on both cores
@@ -90,7 +119,7 @@ test: install deps-system deps-node lint typecheck layers
 	# the pure-Python record code is the reference the C extension must match: test it too
 	TIDEGATE_PURE_PYTHON=1 $(BIN)/pytest -q --timeout=600 -n 2 -m "not slow" tests/unit/records
 
-soak: install deps-system deps-node
+soak: install deps-system deps-node deps-kafka deps-java
 	TIDEGATE_SOAK=1 $(BIN)/pytest -q -ra -m slow tests
 
 # The C record speedups under AddressSanitizer + UBSan: build a sanitized copy of the

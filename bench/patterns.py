@@ -16,10 +16,16 @@ serve every part, in one run, in rotating order each round:
 
 Aim (no hard gate; printed for the record): the relay within 0.5 x the plain
 transactional producer, since each batch adds a prepare round trip and a database
-transaction. Sagas/s for a three-step saga is not measured yet: the Saga part of
-issue 22 is not built.
+transaction.
 
-    .venv/bin/python bench/patterns.py [--records 20000] [--batch 500] [--rounds 3] [--quick]
+Then ``sagas``: `--sagas` three-step sagas (reserve, charge, ship; every step
+succeeds) started at once, run by one `SagaOrchestrator` with three `SagaParticipant`s
+(threads, one SQLite database, each step a local transaction and a ledger row): sagas/s
+from the first start request to the last saga COMPLETED. Each saga costs at least four
+orchestrator turns (transactions, batched across sagas) and three participant commits.
+
+    .venv/bin/python bench/patterns.py [--records 20000] [--batch 500] [--rounds 3]
+                                       [--sagas 500] [--quick]
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -42,9 +49,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.conftest import BrokerProcess
 from tests.integration.pgserver import PostgresServer, available
 
-from tidegate.client import Admin, Producer
+from tidegate.client import Admin, NewTopic, Producer
 from tidegate.patterns.outbox import OutboxRelay, OutboxStore, SqliteOutboxStore
 from tidegate.patterns.outbox.postgres import PostgresOutboxStore
+from tidegate.patterns.saga import (
+    ParticipantCommand,
+    SagaDefinition,
+    SagaOrchestrator,
+    SagaParticipant,
+    SagaTopics,
+    Step,
+    ledger_schema,
+    start_saga,
+)
 
 AGGREGATES = 100
 AIM = 0.5
@@ -115,16 +132,69 @@ def outbox_postgres(url: str) -> Callable[[str, str, int, int, int], float]:
     return run
 
 
+def sagas_rate(bootstrap: str, n: int, run: int) -> float:
+    prefix = f"bench-sagas-{run}"
+    topics = SagaTopics(prefix)
+    steps = ("stock", "payments", "shipping")
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(f"{prefix}.{t}", 3) for t in ("start", "replies", *steps)]
+                            + [NewTopic(topics.state, 3,
+                                        configs={"cleanup.policy": "compact"})])
+    path = os.path.join(tempfile.mkdtemp(prefix="bench-sagas-"), "shop.db")
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE effects (saga TEXT, step TEXT)")
+    for t in steps:
+        db.execute(ledger_schema(f"ledger_{t}"))
+    db.commit()
+
+    def effect(conn: sqlite3.Connection, cmd: ParticipantCommand) -> None:
+        conn.execute("INSERT INTO effects VALUES (?, ?)", (cmd.saga_id, cmd.step))
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(path, timeout=30, check_same_thread=False)
+
+    cfg = {"bootstrap.servers": bootstrap, "linger.ms": 5}
+    parts = [SagaParticipant(f"{prefix}.{t}", cfg, connect, effect, effect,
+                             ledger_table=f"ledger_{t}") for t in steps]
+    stop = threading.Event()
+    threads = [threading.Thread(target=p.run, args=(stop,), daemon=True) for p in parts]
+    for t in threads:
+        t.start()
+    saga = SagaDefinition("order", tuple(Step(t, f"{prefix}.{t}") for t in steps))
+    orch = SagaOrchestrator([saga], cfg, topics=topics)
+    orch.start()
+    try:
+        begin = time.perf_counter()
+        with Producer(cfg) as p:
+            for i in range(n):
+                start_saga(p, "order", f"s{i}", "{}", topics)
+            p.flush()
+        orch.run(until_idle=True)
+        elapsed = time.perf_counter() - begin
+    finally:
+        orch.close()
+        stop.set()
+        for t in threads:
+            t.join(30)
+        for part in parts:
+            part.close()
+    if orch.stats.completed != n:
+        raise SystemExit(f"{orch.stats.completed} of {n} sagas completed")
+    return n / elapsed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=20_000)
     ap.add_argument("--payload", type=int, default=200)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="2,000 records, 1 round")
+    ap.add_argument("--sagas", type=int, default=500)
+    ap.add_argument("--quick", action="store_true", help="2,000 records, 100 sagas, 1 round")
     args = ap.parse_args()
     if args.quick:
-        args.records, args.rounds = 2_000, 1
+        args.records, args.rounds, args.sagas = 2_000, 1, 100
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}")
     print(f"{args.records} records of {args.payload} bytes, {args.batch} per transaction, "
@@ -142,6 +212,7 @@ def main() -> None:
     else:
         print(f"outbox-postgres: skipped ({why})")
     rates: dict[str, list[float]] = {name: [] for name in parts}
+    saga_rates: list[float] = []
     try:
         with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
             names = list(parts)
@@ -151,6 +222,7 @@ def main() -> None:
                     admin.create_topic(topic, 3)
                     rates[name].append(parts[name](broker.bootstrap, topic, args.records,
                                                    args.payload, args.batch))
+                saga_rates.append(sagas_rate(broker.bootstrap, args.sagas, r))
     finally:
         broker.stop()
         if pg is not None:
@@ -165,7 +237,8 @@ def main() -> None:
             ratio = statistics.median(rates[name]) / base
             print(f"{name}: {'meets' if ratio >= AIM else 'below'} the aim "
                   f"(>= {AIM} x txn-producer)")
-    print("sagas/s (three-step saga): not measured, the Saga part is not built yet")
+    print(f"sagas/s (three-step saga, {args.sagas} at once), median: "
+          f"{statistics.median(saga_rates):,.1f}")
 
 
 if __name__ == "__main__":

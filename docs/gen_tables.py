@@ -8,7 +8,8 @@ in its page. Sources: the client configs (`tidegate.client.config`; the descript
 are below, in Kafka's words where they fit), the broker keys
 (`tidegate.common.config.BROKER_KEYS`), the topic keys
 (`tidegate.storage.config.TOPIC_CONFIG_KEYS` and `BROKER_SYNONYMS`) and the API table
-(`tidegate.server.dispatch.default_dispatcher`). tests/integration/test_examples.py
+(`tidegate.server.dispatch.default_dispatcher`; every Kafka API key in compatibility.md,
+with docs/api_compat.py's notes). tests/integration/test_examples.py
 runs the check.
 """
 
@@ -32,6 +33,9 @@ from tidegate.client.config import (  # noqa: E402
 )
 from tidegate.common.config import BROKER_KEYS  # noqa: E402
 from tidegate.storage.config import BROKER_SYNONYMS, TOPIC_CONFIG_KEYS  # noqa: E402
+
+sys.path.insert(0, str(DOCS))
+from api_compat import compat_table  # noqa: E402  (docs/api_compat.py: compatibility.md)
 
 # What each client key does (Kafka's meaning unless a note says otherwise).
 CLIENT_DOCS: dict[str, str] = {
@@ -208,6 +212,7 @@ TABLES: dict[tuple[str, str], Callable[[], str]] = {
     ("broker.md", "broker-config"): broker_table,
     ("broker.md", "topic-config"): topic_table,
     ("broker.md", "apis"): api_table,
+    ("compatibility.md", "api-compat"): compat_table,
 }
 
 

@@ -375,6 +375,18 @@ TABLE: list[tuple[int, int, dict[str, Any], list[tuple[ResourceType, str, AclOpe
      _parts("topics")),
     (65, 0, {"transactional_ids": [X]}, [(TXN, X, Op.DESCRIBE)], TIAF,
      _each("transaction_states")),
+    # KIP-848 (a group of its own: the granted heartbeat leaves a member behind)
+    (68, 0, {"group_id": G + "848", "member_id": "", "member_epoch": 0,
+             "rebalance_timeout": 60000, "subscribed_topic_names": [T],
+             "topic_partitions": []},
+     [(GROUP, G + "848", Op.READ), (TOPIC, T, Op.DESCRIBE)], GAF, _top),
+    (69, 0, {"group_ids": [G], "include_authorized_operations": False},
+     [(GROUP, G, Op.DESCRIBE)], GAF, _each("groups")),
+    # KIP-966 (a named topic needs DESCRIBE) and KIP-1142 (DESCRIBE_CONFIGS on the cluster)
+    (75, 0, {"topics": [{"name": T}], "response_partition_limit": 2000, "cursor": None},
+     [(TOPIC, T, Op.DESCRIBE)], TAF, _each("topics")),
+    (74, 1, {"resource_types": [2]}, [(CLUSTER, "kafka-cluster", Op.DESCRIBE_CONFIGS)], CAF,
+     _top),
     (48, 1, {"components": [], "strict": False}, [(CLUSTER, "kafka-cluster",
                                                    Op.DESCRIBE_CONFIGS)], CAF, _top),
     (49, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "tbl-c"}],

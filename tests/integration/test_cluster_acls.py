@@ -4,15 +4,20 @@ Kafka's (`/kafka-acl/Topic/<t>`, `/kafka-acl-extended/prefixed/...`, change
 notifications). Brokers talk to each other on a PLAINTEXT listener named INTERNAL, as
 User:ANONYMOUS, which `super.users` therefore lists (docs/security.md); clients use
 SASL_PLAINTEXT (PLAIN users admin and alice), logged in by hand over the raw wire so
-each request goes to the broker the test names.
+each request goes to the broker the test names. SCRAM users live in ZooKeeper's
+`/config/users/<user>` beside the user's quotas: one made through one broker logs in on
+all three, and its deletion holds everywhere.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Iterator
 
 import pytest
+import scramp  # type: ignore[import-untyped]
 from kazoo.client import KazooClient
 from tests.integration.cluster import Cluster, wait_for
 from tests.integration.conftest import free_port
@@ -32,7 +37,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
         "super.users": "User:ANONYMOUS;User:admin",
         "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
         "inter.broker.listener.name": "INTERNAL",
-        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
     })
     sasl: dict[int, int] = {}
@@ -115,3 +120,70 @@ def test_an_acl_made_on_one_broker_holds_on_every_broker(
         assert _describe_code(again, "orders") == TAF
     finally:
         again.close()
+
+
+def scram_login(port: int, user: str, password: str) -> int:
+    """SCRAM-SHA-512 over the raw wire against one broker: SaslAuthenticate's last code."""
+    raw = RawClient(f"127.0.0.1:{port}")
+    try:
+        assert int(raw.call(17, 1, {"mechanism": "SCRAM-SHA-512"}).error_code) == 0
+        client = scramp.ScramClient(["SCRAM-SHA-512"], user, password)
+        first = raw.call(36, 2, {"auth_bytes": client.get_client_first().encode()})
+        if int(first.error_code) != 0:
+            return int(first.error_code)
+        client.set_server_first(bytes(first.auth_bytes).decode())
+        final = raw.call(36, 2, {"auth_bytes": client.get_client_final().encode()})
+        return int(final.error_code)
+    finally:
+        raw.close()
+
+
+def _upsert(user: str, password: str) -> dict[str, object]:
+    salt = os.urandom(24)
+    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, 4096)
+    return {"name": user, "mechanism": 2, "iterations": 4096, "salt": salt,
+            "salted_password": salted}
+
+
+def test_scram_user_made_on_one_broker_logs_in_on_every_broker(
+        secured: tuple[Cluster, dict[int, int]]) -> None:
+    c, sasl = secured
+    admin1, admin2 = login(sasl[1], "admin"), login(sasl[2], "admin")
+    try:
+        for port in sasl.values():  # unknown everywhere at first
+            assert scram_login(port, "dave", "dave-secret") == 58
+        made = admin1.call(51, 0, {"deletions": [], "upsertions": [_upsert("dave", "dave-secret")]})
+        assert [int(r.error_code) for r in made.results] == [0]
+        for bid, port in sasl.items():
+            wait_for(f"broker {bid} to know dave",
+                     lambda port=port: scram_login(port, "dave", "dave-secret") == 0, 10)
+        assert scram_login(sasl[3], "dave", "wrong") == 58
+        # a quota for the same user, through another broker, shares the znode
+        quota = admin2.call(49, 1, {"entries": [{
+            "entity": [{"entity_type": "user", "entity_name": "dave"}],
+            "ops": [{"key": "producer_byte_rate", "value": 1048576.0, "remove": False}]}],
+            "validate_only": False})
+        assert int(quota.entries[0].error_code) == 0
+        zk = KazooClient(hosts=f"{c.zk.connect}/tidegate")
+        zk.start()
+        try:
+            config = json.loads(zk.get("/config/users/dave")[0])["config"]
+            assert config["producer_byte_rate"] == "1048576"
+            assert set(config["SCRAM-SHA-512"].split(",")[i].split("=")[0]
+                       for i in range(4)) == {"salt", "stored_key", "server_key", "iterations"}
+            assert "dave-secret" not in json.dumps(config)
+        finally:
+            zk.stop()
+            zk.close()
+        described = admin2.call(50, 0, {"users": [{"name": "dave"}]})
+        assert int(described.results[0].error_code) == 0
+        assert scram_login(sasl[1], "dave", "dave-secret") == 0  # the quota write kept it
+        gone = admin2.call(51, 0, {"deletions": [{"name": "dave", "mechanism": 2}],
+                                   "upsertions": []})
+        assert [int(r.error_code) for r in gone.results] == [0]
+        for bid, port in sasl.items():
+            wait_for(f"broker {bid} to forget dave",
+                     lambda port=port: scram_login(port, "dave", "dave-secret") == 58, 10)
+    finally:
+        admin1.close()
+        admin2.close()

@@ -31,6 +31,12 @@ EXAMPLES = {
     "exactly_once.py": ["every order exactly once: True"],
     "outbox_sqlite.py": ["order-2 rolled back", "relay published 2 events",
                          "events: ['order-1', 'order-3']"],
+    "notify_http.py": ["delivered 2, dead-lettered 1, 7 attempts",
+                       "query: merchant-x dead-lettered after 3 attempts"],
+    "saga_order.py": ["order-alice: COMPLETED", "charge failed: insufficient funds; reserve "
+                      "compensated", "balances: {'alice': 60, 'bob': 5}"],
+    "tcc_transfer.py": ["transfer-1 (30): CONFIRMED", "transfer-2 (500): CANCELLED",
+                        "bank (balance, frozen): (70, 0)", "wallet (balance, pending): (30, 0)"],
 }
 
 

@@ -236,3 +236,95 @@ def test_kcat_sasl_ssl_and_ssl(sb: SecureBroker, pki: Pki) -> None:
                           "sasl.password=wrong", "-L", "-m", "5"],
                          capture_output=True, timeout=30)
     assert bad.returncode != 0
+
+
+def test_aiokafka_sasl_ssl_scram_and_ssl_client_cert(sb: SecureBroker, pki: Pki) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    topic = f"aio-{uuid.uuid4().hex[:8]}"
+    scram = {"bootstrap_servers": sb.bootstrap("SASL_SSL"), "security_protocol": "SASL_SSL",
+             "ssl_context": create_ssl_context(cafile=pki.path("ca.crt")),
+             "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "carol",
+             "sasl_plain_password": "carol-secret"}
+    cert = {"bootstrap_servers": sb.bootstrap("SSL"), "security_protocol": "SSL",
+            "ssl_context": create_ssl_context(cafile=pki.path("ca.crt"),
+                                              certfile=pki.path("client.crt"),
+                                              keyfile=pki.path("client.key"))}
+
+    async def run() -> list[bytes]:
+        p = AIOKafkaProducer(**scram)
+        await p.start()
+        try:
+            for i in range(3):
+                await p.send_and_wait(topic, f"a{i}".encode())
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **cert)
+        await c.start()
+        got: list[bytes] = []
+        try:
+            async with asyncio.timeout(20):
+                async for m in c:
+                    got.append(m.value or b"")
+                    if len(got) == 3:
+                        break
+        finally:
+            await c.stop()
+        return got
+
+    assert asyncio.run(run()) == [b"a0", b"a1", b"a2"]
+
+    async def wrong() -> None:
+        p = AIOKafkaProducer(**{**scram, "sasl_plain_password": "nope"})
+        try:
+            await p.start()
+        finally:
+            await p.stop()
+
+    from aiokafka.errors import KafkaConnectionError
+
+    with pytest.raises(KafkaConnectionError):  # aiokafka: "Unable to bootstrap"
+        asyncio.run(wrong())
+    import time
+
+    deadline = time.monotonic() + 5  # the broker's log reaches us through a pipe
+    while not any("authentication failed" in line and "invalid-proof" in line
+                  for line in sb.broker.log_lines):
+        assert time.monotonic() < deadline, "no log line for the wrong password"
+        time.sleep(0.05)
+
+
+def test_kafkajs_sasl_ssl_scram_and_ssl_client_cert(sb: SecureBroker, pki: Pki) -> None:
+    import json
+    import os
+    from pathlib import Path
+
+    here = Path(__file__).parent / "kafkajs"
+    node = shutil.which("node")
+    if node is None or not (here / "node_modules" / "kafkajs").is_dir():
+        pytest.fail("KafkaJS is not installed: run `make deps-node` (needs node and npm)")
+    topic = f"kjs-sec-{uuid.uuid4().hex[:8]}"
+    from confluent_kafka.admin import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": sb.bootstrap("PLAINTEXT")})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+
+    def run(args: list[str], security: dict[str, Any], stdin: str = "") -> list[Any]:
+        env = {**os.environ, "KAFKAJS_SECURITY": json.dumps(security)}
+        proc = subprocess.run([node, str(here / "driver.js"), *args], input=stdin, text=True,
+                              capture_output=True, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+    scram = {"ca": pki.path("ca.crt"), "sasl": {
+        "mechanism": "scram-sha-512", "username": "carol", "password": "carol-secret"}}
+    recs = "".join(json.dumps({"k": None, "v": "eA==", "h": []}) + "\n" for _ in range(5))
+    assert run(["produce", sb.bootstrap("SASL_SSL"), topic, "none", "0"], scram,
+               recs)[-1] == {"done": 5}
+    cert = {"ca": pki.path("ca.crt"), "cert": pki.path("client.crt"),
+            "key": pki.path("client.key")}
+    assert run(["consume", sb.bootstrap("SSL"), topic, topic, "5", "30"],
+               cert)[-1] == {"done": 5}

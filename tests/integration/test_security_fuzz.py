@@ -5,6 +5,7 @@ keeps producing without an error, and the broker logs no traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import ssl
@@ -13,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import jwt
 import pytest
 import scramp  # type: ignore[import-untyped]
 from confluent_kafka import Producer
@@ -22,6 +24,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from cryptography.hazmat.primitives.asymmetric import ec
 from tests.integration.security_util import Pki, SecureBroker, make_pki, secure_broker
 
 pytestmark = pytest.mark.interop
@@ -30,7 +33,15 @@ pytestmark = pytest.mark.interop
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SecureBroker, Pki]]:
     pki = make_pki(tmp_path_factory.mktemp("pki"))
-    s = secure_broker(tmp_path_factory.mktemp("fuzz") / "data", pki)
+    # OAUTHBEARER on the SASL_PLAINTEXT listener too, its JWKS a file: one EC key
+    key = jwt.get_algorithm_by_name("ES256")
+    jwk = json.loads(key.to_jwk(ec.generate_private_key(ec.SECP256R1()).public_key()))
+    jwks = pki.dir / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [{**jwk, "kid": "k1"}]}))
+    s = secure_broker(tmp_path_factory.mktemp("fuzz") / "data", pki, {
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,OAUTHBEARER",
+        "sasl.oauthbearer.jwks.endpoint.url": jwks.as_uri(),
+    })
     s.broker.start()
     admin = AdminClient({"bootstrap.servers": s.bootstrap("PLAINTEXT")})
     admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
@@ -109,6 +120,7 @@ def test_fuzz_beside_a_control_client(sb: tuple[SecureBroker, Pki]) -> None:
         _tls_garbage(s)
         _sasl_out_of_order(s)
         _scram_wrong_nonce(s)
+        _oauthbearer_garbage(s)
     finally:
         stop.set()
         t.join(60)
@@ -194,6 +206,34 @@ def _scram_wrong_nonce(s: SecureBroker) -> None:
         c.sendall(_request(36, 1, _bytes(final.encode()), corr=3))
         frame = _read_frame(c)
         assert frame is not None and _sasl_authenticate_error(frame) == 58
+        assert _closed(c)
+
+
+def _oauthbearer_garbage(s: SecureBroker) -> None:
+    port = s.ports["SASL_PLAINTEXT"]
+    # not an RFC 7628 message at all: SASL_AUTHENTICATION_FAILED, closed
+    with _conn(port) as c:
+        c.sendall(_request(17, 1, _string("OAUTHBEARER")))
+        assert _read_frame(c) is not None
+        c.sendall(_request(36, 1, _bytes(os.urandom(300)), corr=2))
+        frame = _read_frame(c)
+        assert frame is not None and _sasl_authenticate_error(frame) == 58
+        assert _closed(c)
+    # a well-formed message whose token is alg:none on a signed listener: Kafka's JSON
+    # challenge (error NONE), then the client's \x01 gets SASL_AUTHENTICATION_FAILED
+    none_jwt = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJtYWxsb3J5IiwiZXhwIjo5OTk5OTk5OTk5fQ."
+    with _conn(port) as c:
+        c.sendall(_request(17, 1, _string("OAUTHBEARER")))
+        assert _read_frame(c) is not None
+        c.sendall(_request(36, 1, _bytes(f"n,,\x01auth=Bearer {none_jwt}\x01\x01".encode()),
+                           corr=2))
+        frame = _read_frame(c)
+        assert frame is not None and _sasl_authenticate_error(frame) == 0
+        assert b'{"status":"invalid_token"}' in frame
+        c.sendall(_request(36, 1, _bytes(b"\x01"), corr=3))
+        frame = _read_frame(c)
+        assert frame is not None and _sasl_authenticate_error(frame) == 58
+        assert b"invalid_token" in frame
         assert _closed(c)
 
 

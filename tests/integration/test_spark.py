@@ -283,3 +283,70 @@ def test_exactly_once_sink_refused_two_phase_commit_says_what_to_do(tmp_path: Pa
         assert "'tidegate-spark-refused'" in text
     finally:
         b.stop()
+
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
+                    reason="soak run: `make soak` (TIDEGATE_SOAK=1); ~25 s of Spark")
+def test_source_and_exactly_once_sink_over_sasl_ssl(spark: SparkSession,
+                                                    tmp_path: Path) -> None:
+    """The streaming source and the exactly-once sink against a SASL_SSL listener
+    (SCRAM-SHA-512), with Kafka's settings as `kafka.`-prefixed options: one Spark query
+    (Spark's jobs are what cost time here); the data goes in and is checked over
+    PLAINTEXT by confluent-kafka (read_committed)."""
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import TopicPartition as CTopicPartition
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+    from tests.integration.security_util import make_pki, secure_broker
+
+    pki = make_pki(tmp_path / "pki")
+    sb = secure_broker(tmp_path / "data", pki)
+    sb.broker.start()
+    try:
+        plain = sb.bootstrap("PLAINTEXT")
+        admin = AdminClient({"bootstrap.servers": plain})
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "spark", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"spark-secret")]
+        )["spark"].result(10)
+        with Admin(bootstrap_servers=plain) as tadmin:
+            tadmin.create_topics([NewTopic("sec-in", 2), NewTopic("sec-out", 1)])
+        p = CProducer({"bootstrap.servers": plain})
+        values = [f"v{i}".encode() for i in range(50)]
+        for i, v in enumerate(values):
+            p.produce("sec-in", v, partition=i % 2)
+        assert p.flush(30) == 0
+        sec = {"kafka.bootstrap.servers": sb.bootstrap("SASL_SSL"),
+               "kafka.security.protocol": "SASL_SSL",
+               "kafka.ssl.ca.location": pki.path("ca.crt"),
+               "kafka.sasl.mechanism": "SCRAM-SHA-512",
+               "kafka.sasl.username": "spark", "kafka.sasl.password": "spark-secret"}
+        src = (spark.readStream.format("tidegate").options(**sec)
+               .option("subscribe", "sec-in").option("startingOffsets", "earliest").load())
+        q = (src.select(F.col("key"), F.concat(F.lit(b"out:"), F.col("value")).alias("value"))
+             .writeStream.format("tidegate").trigger(availableNow=True).options(**sec)
+             .option("topic", "sec-out").option("checkpointLocation", str(tmp_path / "ckpt"))
+             .start())
+        q.awaitTermination(120)
+        assert q.exception() is None, q.exception()
+        c = CConsumer({"bootstrap.servers": plain, "group.id": "sec-check",
+                       "isolation.level": "read_committed", "enable.auto.commit": False})
+        c.assign([CTopicPartition("sec-out", 0, 0)])
+        got: list[bytes] = []
+        try:
+            while len(got) < len(values):
+                m = c.poll(10)
+                assert m is not None, f"only {len(got)} records in sec-out"
+                assert m.error() is None, m.error()
+                got.append(m.value())
+        finally:
+            c.close()
+        assert sorted(got) == sorted(b"out:" + v for v in values)
+        assert any("authenticated as User:spark" in line for line in sb.broker.log_lines)
+    finally:
+        sb.broker.stop()

@@ -29,9 +29,11 @@ from tidegate.protocol.coordinator_records import assignment_partitions
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+CONSUMER_GROUP_DESCRIBE = 69  # KIP-848 groups
 # The versions this module reads and writes (the single-group forms).
 _RANGES = {FIND_COORDINATOR: (1, 3), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
-           OFFSET_FETCH: (2, 7), OFFSET_COMMIT: (2, 8), DELETE_GROUPS: (0, 2)}
+           OFFSET_FETCH: (2, 7), OFFSET_COMMIT: (2, 8), DELETE_GROUPS: (0, 2),
+           CONSUMER_GROUP_DESCRIBE: (0, 1)}
 _RETRIABLE = {ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
               ErrorCode.not_coordinator}
 
@@ -86,6 +88,7 @@ class GroupInfo:
     protocol_type: str
     protocol: str
     members: list[Member]
+    group_type: str = "classic"  # or "consumer" (KIP-848)
 
 
 class GroupClient:
@@ -162,6 +165,10 @@ class GroupClient:
     async def describe(self, group: str) -> GroupInfo:
         async def ask() -> GroupInfo:
             conn = await self.coordinator(group)
+            if CONSUMER_GROUP_DESCRIBE in conn.broker_versions:
+                found = await self._describe_consumer(conn, group)
+                if found is not None:
+                    return found
             resp = await self._call(conn, DESCRIBE_GROUPS, {"groups": [group]})
             g = resp.groups[0]
             _check(g.error_code, f"cannot describe group {group!r}")
@@ -174,6 +181,24 @@ class GroupClient:
                              members)
         result: GroupInfo = await self._retry(ask)
         return result
+
+    async def _describe_consumer(self, conn: BrokerConnection, group: str
+                                 ) -> GroupInfo | None:
+        """A KIP-848 group as ConsumerGroupDescribe shows it; None if not one."""
+        resp = await self._call(conn, CONSUMER_GROUP_DESCRIBE, {"group_ids": [group]})
+        g = resp.groups[0]
+        if int(getattr(g.error_code, "value", g.error_code)) == \
+                ErrorCode.group_id_not_found.value:
+            return None  # a classic group (or none): DescribeGroups tells
+        _check(g.error_code, f"cannot describe group {group!r}")
+        members = [
+            Member(m.member_id, m.instance_id, m.client_id, m.client_host,
+                   {str(t.topic_name): sorted(int(p) for p in t.partitions)
+                    for t in m.assignment.topic_partitions})
+            for m in g.members
+        ]
+        return GroupInfo(g.group_id, g.group_state, "consumer", g.assignor_name, members,
+                         "consumer")
 
     async def committed(self, group: str) -> dict[tuple[str, int], int]:
         async def ask() -> dict[tuple[str, int], int]:
@@ -260,8 +285,8 @@ async def _describe(client: GroupClient, args: argparse.Namespace) -> int:
             for p in parts:
                 owner[(topic, p)] = m
     protocol = f"{info.protocol_type or '-'}/{info.protocol or '-'}"
-    print(f"GROUP {info.group_id}  STATE {info.state}  PROTOCOL {protocol}  "
-          f"MEMBERS {len(info.members)}")
+    print(f"GROUP {info.group_id}  TYPE {info.group_type}  STATE {info.state}  "
+          f"PROTOCOL {protocol}  MEMBERS {len(info.members)}")
     if info.members:
         print()
         _table([["MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"]] + [

@@ -1,5 +1,5 @@
 """`tidegate` command line: serve, cluster, topics, produce, consume, groups, txn, users,
-quotas, acls, outbox.
+quotas, acls, outbox, notify, sagas, tcc.
 
 Every command that talks to a broker takes `--bootstrap-server` and `--command-config
 FILE` (Kafka client properties, for TLS and SASL: cli/command_config.py).
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from tidegate import __version__
 
 SUBCOMMANDS = ("serve", "cluster", "topics", "leaders", "produce", "consume", "groups", "txn",
-               "users", "quotas", "acls", "outbox", "console", "top")
+               "users", "quotas", "acls", "outbox", "notify", "sagas", "tcc", "console", "top")
 # modules adding actions to a subcommand of another module (`topics reassign`)
 EXTENSIONS = ("reassign",)
 

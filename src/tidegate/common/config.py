@@ -32,9 +32,10 @@ LONG_MAX = 9_223_372_036_854_775_807
 def _group_protocol_keys() -> dict[str, tuple[str, str, str]]:
     """Kafka's `group.consumer.*`, `group.share.*` and `group.streams.*` settings: the
     defaults of the group configs (KIP-848, server/group_config.py) and the bounds a
-    group's own value must lie within. Tidegate serves the classic group protocol; these
-    only default and bound the configs of GROUP resources (DescribeConfigs,
-    IncrementalAlterConfigs)."""
+    group's own value must lie within. The `group.consumer.*` session timeout, heartbeat
+    interval and assignors drive KIP-848 consumer groups (coordinator/group/consumer.py;
+    per-group overrides are not applied yet); share and streams groups are not served,
+    their keys only default and bound the configs of GROUP resources."""
     out: dict[str, tuple[str, str, str]] = {}
     for proto in ("consumer", "share", "streams"):
         for what, default, low, high in (
@@ -46,6 +47,9 @@ def _group_protocol_keys() -> dict[str, tuple[str, str, str]]:
             out[key] = (default, "int", f"Default of the group config {group_key}.")
             out[f"group.{proto}.min.{what}"] = (low, "int", f"Smallest {group_key} allowed.")
             out[f"group.{proto}.max.{what}"] = (high, "int", f"Largest {group_key} allowed.")
+    out["group.consumer.assignors"] = (
+        "uniform,range", "list",
+        "Server-side assignors of consumer-protocol groups; the first is the default.")
     lock = "share.record.lock.duration.ms"
     out["group.share.record.lock.duration.ms"] = ("30000", "int", f"Default of {lock}.")
     out["group.share.min.record.lock.duration.ms"] = ("15000", "int", f"Smallest {lock}.")

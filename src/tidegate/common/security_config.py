@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tidegate.common.errors import InvalidConfigError
+from tidegate.common.oauth_config import OAUTH_KEYS, OAuthSettings, oauth_settings
 
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 
@@ -100,6 +101,7 @@ class ListenerSecurity:
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = field(default_factory=dict)
     reauth_ms: int = 0
+    oauth: OAuthSettings | None = None  # OAUTHBEARER enabled (common/oauth_config.py)
 
     @property
     def tls(self) -> bool:
@@ -117,6 +119,8 @@ class ListenerSecurity:
             parts.append("TLS" + ("" if auth == "none" else f", client certificate {auth}"))
         if self.sasl:
             parts.append("SASL " + "/".join(self.mechanisms))
+        if self.oauth is not None:
+            parts.append(self.oauth.describe())
         if self.reauth_ms:
             parts.append(f"re-authentication every {self.reauth_ms} ms")
         return ", ".join(parts) or "no encryption, no authentication"
@@ -162,6 +166,10 @@ def listener_security(
                     f'user_alice="alice-secret";\''
                 )
             users = plain_users(parse_jaas(jaas))
+    oauth = None
+    if "OAUTHBEARER" in mechanisms:
+        jaas = prefixed(props, name, "oauthbearer.sasl.jaas.config")
+        oauth = oauth_settings(props, name, parse_jaas(jaas).options if jaas else {})
     reauth = prefixed(props, name, "connections.max.reauth.ms") or "0"
     try:
         reauth_ms = int(reauth)
@@ -169,7 +177,7 @@ def listener_security(
         raise InvalidConfigError(
             f"connections.max.reauth.ms={reauth!r} is not an integer"
         ) from None
-    return ListenerSecurity(name, protocol, ssl, mechanisms, users, max(0, reauth_ms))
+    return ListenerSecurity(name, protocol, ssl, mechanisms, users, max(0, reauth_ms), oauth)
 
 
 def _check_ssl(name: str, ssl: dict[str, str]) -> None:
@@ -211,7 +219,8 @@ SECURITY_KEYS: dict[str, tuple[str, str, str]] = {
     "sasl.enabled.mechanisms": (
         "GSSAPI",
         "list",
-        "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's "
+        "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, "
+        "OAUTHBEARER (Kafka's "
         "default GSSAPI is not implemented, so a SASL listener must set this).",
     ),
     "sasl.jaas.config": (
@@ -242,6 +251,7 @@ SECURITY_KEYS: dict[str, tuple[str, str, str]] = {
     ),
     "ssl.enabled.protocols": ("TLSv1.2,TLSv1.3", "list", "TLS versions accepted."),
     "ssl.cipher.suites": ("", "list", "TLS 1.2 cipher suites (OpenSSL names); empty: defaults."),
+    **OAUTH_KEYS,
 }
 
 
@@ -250,7 +260,7 @@ def is_listener_key(key: str) -> bool:
     if not key.startswith("listener.name."):
         return False
     rest = key[len("listener.name."):].partition(".")[2]
-    if rest in SECURITY_KEYS:
+    if rest in SECURITY_KEYS or rest.removeprefix("oauthbearer.") in OAUTH_KEYS:
         return True
     mech, _, tail = rest.partition(".")
     return tail == "sasl.jaas.config" and mech.upper() in SASL_MECHANISMS

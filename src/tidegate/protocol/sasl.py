@@ -7,7 +7,9 @@ connection has a principal and may send any request. PLAIN takes one token
 the `scramp` library against stored credentials (common/scram.py). With
 `connections.max.reauth.ms` > 0 the session lasts that long: the successful
 SaslAuthenticate (v1+) says so in `session_lifetime_ms`, and the client re-authenticates
-with a new handshake (same mechanism, same principal) before it runs out.
+with a new handshake (same mechanism, same principal) before it runs out. An OAUTHBEARER
+session also ends when its token expires: its lifetime is min(token `exp` - now,
+`connections.max.reauth.ms`), as Kafka's SaslServerAuthenticator computes it.
 
 States and what each does with a request:
 
@@ -18,6 +20,11 @@ States and what each does with a request:
   FAILED, SCRAM's client-first moves to SCRAM_FINAL (or FAILED).
 - SCRAM_FINAL: expects client-final; AUTHENTICATED or FAILED. (Old librdkafka's
   doubled client nonce is accepted, as Kafka 3.8.1-3.9 did: `_accept_doubled_nonce`.)
+- OAUTHBEARER (KIP-255, protocol/oauthbearer.py): AUTHENTICATE takes the client's one
+  message; a valid token is AUTHENTICATED, a refused one moves to OAUTH_ERROR and is
+  answered (error code NONE) with Kafka's JSON challenge `{"status":"invalid_token"}`.
+- OAUTH_ERROR: the client acknowledges with `\x01` (RFC 7628); the answer is
+  SASL_AUTHENTICATION_FAILED carrying that JSON, and FAILED. Anything else: FAILED too.
 - AUTHENTICATED: every request allowed while the session lasts; SaslHandshake starts a
   re-authentication (AUTHENTICATE), SaslAuthenticate is ILLEGAL_SASL_STATE.
 - FAILED: terminal; the connection is closed once the error is written.
@@ -38,12 +45,21 @@ import scramp  # type: ignore[import-untyped]
 
 from tidegate.common.errors import ErrorCode
 from tidegate.common.scram import MECHANISMS, ScramCredential
+from tidegate.protocol.oauthbearer import (
+    MalformedResponse,
+    TokenRejected,
+    Validator,
+    parse_client_response,
+)
+
+OAUTHBEARER = "OAUTHBEARER"
 
 
 class SaslState(enum.Enum):
     HANDSHAKE = "HANDSHAKE"
     AUTHENTICATE = "AUTHENTICATE"
     SCRAM_FINAL = "SCRAM_FINAL"
+    OAUTH_ERROR = "OAUTH_ERROR"
     AUTHENTICATED = "AUTHENTICATED"
     FAILED = "FAILED"
 
@@ -51,7 +67,8 @@ class SaslState(enum.Enum):
 _S = SaslState
 TRANSITIONS: dict[SaslState, frozenset[SaslState]] = {
     _S.HANDSHAKE: frozenset({_S.AUTHENTICATE, _S.FAILED}),
-    _S.AUTHENTICATE: frozenset({_S.SCRAM_FINAL, _S.AUTHENTICATED, _S.FAILED}),
+    _S.AUTHENTICATE: frozenset({_S.SCRAM_FINAL, _S.OAUTH_ERROR, _S.AUTHENTICATED, _S.FAILED}),
+    _S.OAUTH_ERROR: frozenset({_S.FAILED}),
     _S.SCRAM_FINAL: frozenset({_S.AUTHENTICATED, _S.FAILED}),
     _S.AUTHENTICATED: frozenset({_S.AUTHENTICATE, _S.FAILED}),
     _S.FAILED: frozenset(),
@@ -82,15 +99,19 @@ class SaslServer:
         plain_users: Mapping[str, str],
         scram_lookup: ScramLookup,
         reauth_ms: int = 0,
+        oauth: Validator | None = None,
     ) -> None:
         self.mechanisms = mechanisms
         self.plain_users = plain_users
         self.scram_lookup = scram_lookup
         self.reauth_ms = reauth_ms
+        self.oauth = oauth
+        self._oauth_error = ""  # the JSON challenge sent; repeated in the final error
         self.state = SaslState.HANDSHAKE
         self.mechanism: str | None = None
         self.user: str | None = None  # set once authenticated; kept across re-auth
         self.expires_at_ms: int | None = None
+        self.scope: tuple[str, ...] = ()  # an OAUTHBEARER token's scopes
         self.reason = ""  # why FAILED, for the one log line
         self._scram: Any = None  # a scramp ScramServer (the library is untyped)
         self._scram_user = ""  # the user named in SCRAM's client-first message
@@ -141,6 +162,13 @@ class SaslServer:
             return self._scram_first(token)
         if self.state is SaslState.SCRAM_FINAL:
             return self._scram_final(token, now_ms)
+        if self.state is SaslState.AUTHENTICATE and self.mechanism == OAUTHBEARER:
+            return self._oauth(token, now_ms)
+        if self.state is SaslState.OAUTH_ERROR:  # the reason was logged with the challenge
+            reason = self.reason
+            result = self._fail(ErrorCode.sasl_authentication_failed, self._oauth_error)
+            self.reason = reason
+            return result
         return self._fail(ErrorCode.illegal_sasl_state,
                           f"unexpected SaslAuthenticate in state {self.state.value}")
 
@@ -206,13 +234,42 @@ class SaslServer:
                 f"with SASL mechanism {self.mechanism} ({e})")
         return self._success(user, str(final).encode(), now_ms)
 
-    def _success(self, user: str, token: bytes, now_ms: int) -> AuthResult:
+    def _oauth(self, message: bytes, now_ms: int) -> AuthResult:
+        if self.oauth is None:
+            return self._fail(ErrorCode.sasl_authentication_failed,
+                              "OAUTHBEARER has no token validator on this listener")
+        try:
+            token, authzid = parse_client_response(message)
+            checked = self.oauth.validate(token, now_ms)
+        except MalformedResponse as e:
+            return self._fail(ErrorCode.sasl_authentication_failed, str(e))
+        except TokenRejected as e:
+            # Kafka answers a refused token with a challenge, not an error: the client
+            # sends \x01 back and only then gets SASL_AUTHENTICATION_FAILED.
+            self._oauth_error = e.json()
+            self.reason = e.reason
+            self.transition_to(SaslState.OAUTH_ERROR)
+            return AuthResult(ErrorCode.none, None, self._oauth_error.encode())
+        if authzid and authzid != checked.principal:
+            return self._fail(
+                ErrorCode.sasl_authentication_failed,
+                f"Authentication failed: Client requested an authorization id ({authzid}) "
+                f"that is different from the token's principal name ({checked.principal})")
+        self.scope = checked.scope
+        return self._success(checked.principal, b"", now_ms, checked.expires_ms)
+
+    def _success(
+        self, user: str, token: bytes, now_ms: int, credential_expires_ms: int | None = None
+    ) -> AuthResult:
         if self.user is not None and user != self.user:
             return self._fail(ErrorCode.sasl_authentication_failed,
                               "Cannot change principals during re-authentication")
         self.user = user
         self.transition_to(SaslState.AUTHENTICATED)
         lifetime = self.reauth_ms
+        if credential_expires_ms is not None:  # KIP-368: never beyond the token's expiry
+            left = max(1, credential_expires_ms - now_ms)
+            lifetime = min(left, lifetime) if lifetime > 0 else left
         self.expires_at_ms = now_ms + lifetime if lifetime > 0 else None
         return AuthResult(ErrorCode.none, None, token, lifetime)
 

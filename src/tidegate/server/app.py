@@ -145,6 +145,17 @@ class BrokerApp:
         self.broker.quota_store = quota_store
         await quota_store.start()
         self._closers.append(quota_store.stop)
+        # SCRAM users: /config/users/<user> too, shared by every broker
+        from tidegate.server.cluster.scram_users import ZkScramStore
+
+        scram_store = ZkScramStore(self.cluster.zk)
+        self.broker.scram_users = scram_store
+        for runtime in self.broker.listener_security.values():
+            runtime.scram = scram_store
+        await scram_store.start()
+        self._closers.append(scram_store.stop)
+        with contextlib.suppress(TimeoutError):  # users known before the first login
+            await asyncio.wait_for(scram_store.synced.wait(), 10)
         if self.broker.authorizer is not None:  # ACLs in ZooKeeper's /kafka-acl
             from tidegate.server.cluster.acls import ZkAclStore
 

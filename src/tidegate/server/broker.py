@@ -29,7 +29,7 @@ from tidegate.server.metrics.requests import RequestMetrics
 from tidegate.server.quotas.manager import QuotaManager
 from tidegate.server.quotas.store import FileQuotaStore, QuotaStore
 from tidegate.server.replica_manager import ReplicaManager
-from tidegate.server.scram_store import ScramStore
+from tidegate.server.scram_store import ScramStore, ScramUsers
 from tidegate.server.security import GuessDelays, build_runtimes
 from tidegate.server.topic_admin import EmbeddedTopicAdmin, TopicAdmin
 from tidegate.storage.config import LogConfig, topic_defaults_from_broker
@@ -52,7 +52,8 @@ class Broker:
         )
         self.group_configs = GroupConfigStore(config.log_dir)  # GROUP config resources
         # SCRAM users and each listener's TLS/SASL requirements (server/security.py)
-        self.scram_users = ScramStore(config.log_dir)
+        # (cluster: ZooKeeper's /config/users, set by BrokerApp)
+        self.scram_users: ScramUsers = ScramStore(config.log_dir)
         # client quotas (server/quotas/): the configs and rates; the file store (cluster:
         # ZooKeeper, set by BrokerApp)
         self.quotas = QuotaManager(

@@ -69,11 +69,14 @@ def default_dispatcher() -> Dispatcher:
         client_quotas,
         cluster_ops,
         configs,
+        consumer_groups,
+        describe_topic_partitions,
         fetch,
         find_coordinator,
         group_admin,
         groups,
         init_producer_id,
+        list_config_resources,
         log_dirs,
         metadata,
         offsets,
@@ -107,7 +110,9 @@ def default_dispatcher() -> Dispatcher:
     d.register(19, admin.handle_create_topics, 2, 7)
     d.register(20, admin.handle_delete_topics, 1, 6)
     d.register(37, admin.handle_create_partitions, 0, 3)
-    d.register(60, admin.handle_describe_cluster, 0, 1)
+    d.register(60, admin.handle_describe_cluster, 0, 2)
+    d.register(75, describe_topic_partitions.handle, 0, 0)  # KIP-966
+    d.register(74, list_config_resources.handle, 0, 1)  # KIP-714 v0, KIP-1142 v1
     d.register(35, log_dirs.handle_describe_log_dirs, 1, 4)
     d.register(32, configs.handle_describe_configs, 1, 4)
     d.register(33, configs.handle_alter_configs, 0, 2)
@@ -125,6 +130,8 @@ def default_dispatcher() -> Dispatcher:
     d.register(15, group_admin.handle_describe_groups, 0, 6)
     d.register(16, group_admin.handle_list_groups, 0, 5)
     d.register(42, group_admin.handle_delete_groups, 0, 2)
+    d.register(68, consumer_groups.handle_heartbeat, 0, 1)  # KIP-848
+    d.register(69, consumer_groups.handle_describe, 0, 1)
     # transaction coordinator and the partition side of transactions
     d.register(24, transactions.handle_add_partitions, 0, 5)
     d.register(25, transactions.handle_add_offsets, 0, 4)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import CONSUMER_OFFSETS
-from tidegate.coordinator.group import admin, membership, offsets, rebalance
+from tidegate.coordinator.group import admin, consumer, membership, offsets, rebalance
 from tidegate.coordinator.group.config import GroupConfig
 from tidegate.coordinator.group.messages import (
     DescribedGroup,
@@ -48,6 +48,7 @@ from tidegate.coordinator.runtime import (
     CoordinatorRuntime,
     Result,
 )
+from tidegate.protocol.consumer_group_records import TopicMetadata
 from tidegate.server.coordinator import CoordinatorShell
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class GroupCoordinator:
     def __init__(self, broker: Broker) -> None:
         cfg = broker.config
         self.broker = broker
-        self.config = GroupConfig.from_broker(cfg.get_int)
+        self.config = GroupConfig.from_broker(cfg.get_int, cfg.get)
         partitions = cfg.get_int("offsets.topic.num.partitions", 50) or 50
         self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
             OFFSETS_TOPIC,
@@ -172,6 +173,33 @@ class GroupCoordinator:
 
     async def leave(self, req: LeaveRequest) -> LeaveResponse:
         return await self._run(req.group_id, lambda s, now, _t: membership.leave(s, req, now))
+
+    async def consumer_heartbeat(self, req: consumer.HeartbeatRequest
+                                 ) -> consumer.HeartbeatResponse:
+        """ConsumerGroupHeartbeat (KIP-848); topic metadata from the broker's view."""
+        metadata = self.broker.metadata
+
+        def topics(name: str) -> TopicMetadata | None:
+            t = metadata.topic(name)
+            return None if t is None else TopicMetadata(t.topic_id, name, len(t.partitions))
+
+        return await self._run(
+            req.group_id, lambda s, now, _t: consumer.heartbeat(s, req, topics, now))
+
+    async def consumer_describe(self, group_ids: list[str]) -> list[dict[str, object]]:
+        found: dict[str, dict[str, object]] = {}
+        for gids in self._by_partition(group_ids).values():
+            def op(s: GroupShard, _now: int, _t: int, gids: list[str] = gids
+                   ) -> Result[list[dict[str, object]]]:
+                return admin.describe_consumer(s, gids)
+
+            try:
+                for d in await self._run(gids[0], op):
+                    found[str(d["group_id"])] = d
+            except KafkaError as e:
+                for gid in gids:
+                    found[gid] = {"group_id": gid, "error_code": e.code, "members": []}
+        return [found[g] for g in group_ids]
 
     async def commit(self, req: OffsetCommitRequest) -> list[tuple[TopicPartition, ErrorCode]]:
         return await self._run(req.group_id, lambda s, now, _t: offsets.commit(s, req, now))

@@ -220,7 +220,8 @@ class Connection:
             body, ok = await authenticate(self.broker, session, self.peer, frame)
             sasl = session.sasl
             assert sasl is not None
-            session.raw_tokens = ok and sasl.state is SaslState.SCRAM_FINAL
+            session.raw_tokens = ok and sasl.state in (SaslState.SCRAM_FINAL,
+                                                       SaslState.OAUTH_ERROR)
             return bytes(body["auth_bytes"]) if ok else None
 
         session.raw_tokens = False  # until this token is answered (clients wait)

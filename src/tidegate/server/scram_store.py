@@ -7,9 +7,9 @@ file, fsynced and renamed over the old one, so a crash leaves either the old or 
 set, never half of one; the write runs in a worker thread, off the event loop.
 
 Lookups read memory only (SCRAM's first message needs the credential at once). In
-cluster mode the users would belong in ZooKeeper (`/config/users/<user>` plus a
-`/config/changes` notification, as Kafka wrote them); that is left as a seam: this
-store is per broker, so in a cluster each broker needs the users added through it.
+cluster mode the broker uses `ZkScramStore` instead (server/cluster/scram_users.py):
+the users live in ZooKeeper's `/config/users/<user>` as Kafka kept them, shared by every
+broker. `ScramUsers` is what both offer the SASL code and the admin handlers.
 """
 
 from __future__ import annotations
@@ -19,12 +19,27 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Protocol
 
 from tidegate.common.scram import ScramCredential
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "__scram_users.json"
+
+
+class ScramUsers(Protocol):
+    """The users SCRAM checks against: this file store, or ZooKeeper's in a cluster."""
+
+    users: dict[str, dict[str, ScramCredential]]
+
+    def lookup(self, mechanism: str, user: str) -> ScramCredential | None: ...
+
+    async def apply(
+        self,
+        upserts: list[tuple[str, str, ScramCredential]],
+        deletions: list[tuple[str, str]],
+    ) -> None: ...
 
 
 class ScramStore:

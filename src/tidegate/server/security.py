@@ -4,7 +4,8 @@
 broker there): its TLS context (server/tls.py, reloaded when the files change), its
 certificate-to-principal rules and its SASL mechanisms. `Session` is one connection's
 view: who it is (`principal`, `User:ANONYMOUS` until something better is known), and
-for SASL listeners the sans-IO `SaslServer` (protocol/sasl.py) that must reach
+for SASL listeners (OAUTHBEARER: with the listener's token validator and JWKS cache,
+server/oauth_jwks.py) the sans-IO `SaslServer` (protocol/sasl.py) that must reach
 AUTHENTICATED before any request other than ApiVersions, SaslHandshake and
 SaslAuthenticate is served.
 
@@ -30,8 +31,10 @@ from tidegate.common.principal import (
     subject_dn,
 )
 from tidegate.common.security_config import ListenerSecurity, listener_security
+from tidegate.protocol.oauthbearer import SignedValidator, UnsecuredValidator, Validator
 from tidegate.protocol.sasl import SaslServer
-from tidegate.server.scram_store import ScramStore
+from tidegate.server.oauth_jwks import JwksCache
+from tidegate.server.scram_store import ScramUsers
 from tidegate.server.tls import ReloadingContext
 
 # APIs a SASL connection may send before it is authenticated (Kafka's rule).
@@ -39,11 +42,19 @@ PRE_AUTH_APIS = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthe
 
 
 class ListenerSecurityRuntime:
-    def __init__(self, sec: ListenerSecurity, scram: ScramStore | None) -> None:
+    def __init__(self, sec: ListenerSecurity, scram: ScramUsers | None) -> None:
         self.sec = sec
         self.scram = scram
         self.tls: ReloadingContext | None = None
         self.rules = parse_mapping_rules(sec.ssl.get("ssl.principal.mapping.rules", "DEFAULT"))
+        # OAUTHBEARER: signed JWTs against the listener's JWKS, or the unsecured mode
+        self.jwks: JwksCache | None = None
+        self.oauth: Validator | None = None
+        if sec.oauth is not None and sec.oauth.signed:
+            jwks = self.jwks = JwksCache(sec.oauth)
+            self.oauth = SignedValidator(sec.oauth, jwks.key)
+        elif sec.oauth is not None:
+            self.oauth = UnsecuredValidator(sec.oauth)
         if sec.tls:
             try:
                 self.tls = ReloadingContext(sec.name, sec.ssl)
@@ -71,6 +82,7 @@ class Session:
                 rt.sec.plain_users,
                 (lambda m, u: store.lookup(m, u)) if store is not None else (lambda m, u: None),
                 rt.sec.reauth_ms,
+                rt.oauth,
             )
         self.close_after_answer = False  # SASL failed: the error goes out, then close
         self.raw_tokens = False  # after SaslHandshake v0: bare SASL frames (KIP-43)
@@ -81,6 +93,11 @@ class Session:
             return
         dn = subject_dn(cert["subject"])
         self.principal = "User:" + map_subject(self.rt.rules, dn)
+
+    async def before_oauth(self, message: bytes) -> None:
+        """An OAUTHBEARER token is about to be checked: have the JWKS's keys at hand."""
+        if self.rt.jwks is not None:
+            await self.rt.jwks.ensure(message)
 
     def allows(self, api_key: int, now_ms: int) -> bool:
         if self.sasl is None:
@@ -95,7 +112,7 @@ class Session:
 
 
 def build_runtimes(
-    props: Mapping[str, str], listener_names: list[str], scram: ScramStore | None
+    props: Mapping[str, str], listener_names: list[str], scram: ScramUsers | None
 ) -> dict[str, ListenerSecurityRuntime]:
     protocols = parse_protocol_map(props.get("listener.security.protocol.map", ""))
     out = {}

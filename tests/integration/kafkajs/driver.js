@@ -26,12 +26,33 @@ const b64 = (buf) => (buf === null || buf === undefined ? null : Buffer.from(buf
 const unb64 = (s) => (s === null ? null : Buffer.from(s, 'base64'))
 const out = (obj) => process.stdout.write(JSON.stringify(obj) + '\n')
 
+// KAFKAJS_SECURITY (JSON, optional): {"ca": path, "cert": path, "key": path,
+// "sasl": {"mechanism": "scram-sha-512", "username": ..., "password": ...}}; with a CA
+// the connection is TLS (SSL or SASL_SSL), with "sasl" it logs in.
+function security () {
+  const raw = process.env.KAFKAJS_SECURITY
+  if (!raw) return {}
+  const sec = JSON.parse(raw)
+  const fs = require('fs')
+  const out = {}
+  if (sec.ca) {
+    out.ssl = { ca: [fs.readFileSync(sec.ca, 'utf-8')] }
+    if (sec.cert) {
+      out.ssl.cert = fs.readFileSync(sec.cert, 'utf-8')
+      out.ssl.key = fs.readFileSync(sec.key, 'utf-8')
+    }
+  }
+  if (sec.sasl) out.sasl = sec.sasl
+  return out
+}
+
 function client (bootstrap, id) {
   return new Kafka({
     clientId: id,
     brokers: [bootstrap],
     logLevel: logLevel.ERROR,
-    retry: { retries: 8 }
+    retry: { retries: 8 },
+    ...security()
   })
 }
 

@@ -22,11 +22,21 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     offsets_retention_ms: int = 10080 * 60000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
+    # KIP-848 consumer-protocol groups
+    consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
 
     @classmethod
-    def from_broker(cls, get_int: Callable[[str, int], int | None]) -> GroupConfig:
-        """Build from a broker config accessor (`BrokerConfig.get_int`)."""
+    def from_broker(cls, get_int: Callable[[str, int], int | None],
+                    get: Callable[[str, str], str] | None = None) -> GroupConfig:
+        """Build from broker config accessors (`BrokerConfig.get_int`, `.get`)."""
         d = cls()
+        assignors = d.consumer_assignors
+        if get is not None:
+            names = tuple(a.strip() for a in get("group.consumer.assignors", "").split(",")
+                          if a.strip())
+            assignors = names or assignors
 
         def val(key: str, default: int) -> int:
             v = get_int(key, default)
@@ -46,4 +56,9 @@ class GroupConfig:
             offsets_retention_check_interval_ms=val(
                 "offsets.retention.check.interval.ms", d.offsets_retention_check_interval_ms
             ),
+            consumer_session_timeout_ms=val(
+                "group.consumer.session.timeout.ms", d.consumer_session_timeout_ms),
+            consumer_heartbeat_interval_ms=val(
+                "group.consumer.heartbeat.interval.ms", d.consumer_heartbeat_interval_ms),
+            consumer_assignors=assignors,
         )

@@ -162,6 +162,8 @@ class OffsetFetchRequest:
     group_id: str
     partitions: tuple[tuple[str, int], ...] | None  # None: every committed partition
     require_stable: bool = False
+    member_id: str = ""  # v9+, KIP-848 members: checked against the member epoch
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -205,3 +207,4 @@ class ListedGroup:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer" (KIP-848)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from tidegate.common.errors import ErrorCode
+from tidegate.coordinator.group import consumer
 from tidegate.coordinator.group.messages import (
     FetchedOffset,
     OffsetCommitRequest,
@@ -65,7 +66,12 @@ def commit(shard: GroupShard, req: OffsetCommitRequest, now: int) -> Result[Comm
         return Result([(tp, code) for tp in parts])
 
     group = shard.groups.get(req.group_id)
-    if group is None:
+    cgroup = shard.consumer_groups.get(req.group_id)
+    if cgroup is not None:  # KIP-848: the generation is the member epoch
+        code = consumer.validate_offset_commit(cgroup, req.member_id, req.generation_id)
+        if code is not ErrorCode.none:
+            return all_(code)
+    elif group is None:
         if req.generation_id >= 0:
             return all_(ErrorCode.illegal_generation)  # stale member or a lost group
     elif group.static_member_fenced(req.group_instance_id, req.member_id):
@@ -132,6 +138,11 @@ def _check_txn_member(shard: GroupShard, req: TxnOffsetCommitRequest) -> ErrorCo
     static instance) must be that member of the current generation. Unlike OffsetCommit
     a commit without member fields is accepted in any state, and one during
     CompletingRebalance is not refused (older clients send no member fields)."""
+    cgroup = shard.consumer_groups.get(req.group_id)
+    if cgroup is not None:  # KIP-848: KIP-447's generation is the member epoch
+        if req.generation_id < 0 and not req.member_id:
+            return ErrorCode.none  # no member fields: accepted, as for classic groups
+        return consumer.validate_offset_commit(cgroup, req.member_id, req.generation_id)
     group = shard.groups.get(req.group_id)
     if group is None:
         return ErrorCode.illegal_generation if req.generation_id >= 0 else ErrorCode.none
@@ -156,6 +167,13 @@ def fetch(shard: GroupShard, req: OffsetFetchRequest, now: int) -> Result[Offset
     """Committed offsets (-1 and empty metadata for partitions without one). With
     `require_stable`, a partition with a pending transactional offset is answered
     UNSTABLE_OFFSET_COMMIT (offset -1); without it, the last committed offset."""
+    cgroup = shard.consumer_groups.get(req.group_id)
+    if cgroup is not None and req.member_epoch >= 0:
+        code = consumer.validate_offset_commit(cgroup, req.member_id, req.member_epoch)
+        if code is ErrorCode.fenced_member_epoch:
+            code = ErrorCode.stale_member_epoch  # Kafka: any other epoch is stale here
+        if code is not ErrorCode.none:
+            return Result(OffsetFetchResponse(code, ()))
     group = shard.groups.get(req.group_id)
     offsets = group.offsets if group is not None else {}
     wanted = sorted(offsets) if req.partitions is None else list(req.partitions)
@@ -203,7 +221,14 @@ def delete_offsets(
 def _expired(shard: GroupShard, group: Group, now: int, retention_ms: int
              ) -> list[TopicPartition]:
     ignore: frozenset[str] = frozenset()
-    if group.protocol_type is not None and group.state is GroupState.EMPTY:
+    cgroup = shard.consumer_groups.get(group.group_id)
+    if cgroup is not None:
+        # KIP-848 group (Kafka's rule): offsets of topics its members subscribe to stay
+        ignore = frozenset(cgroup.subscribed())
+
+        def base(commit_ts: int) -> int:
+            return commit_ts
+    elif group.protocol_type is not None and group.state is GroupState.EMPTY:
         empty_since = group.state_timestamp
 
         def base(commit_ts: int) -> int:
@@ -240,10 +265,12 @@ def _cleanup(
     shard: GroupShard, now: int, select: Callable[[Group], list[TopicPartition]]
 ) -> Result[int]:
     """Tombstone the offsets `select` picks in every group (committed, or pending on
-    a transaction); remove Empty groups left without offsets of either kind. The
+    a transaction); remove Empty groups (classic, or KIP-848 without members) left
+    without offsets of either kind. The
     response is the number of partitions tombstoned."""
     records: list[Record] = []
     removed = 0
+    left_of: dict[str, int] = {}  # offsets (committed or pending) each group keeps
     for group in list(shard.groups.values()):
         doomed = select(group)
         for tp in doomed:
@@ -252,6 +279,7 @@ def _cleanup(
         gone = set(doomed)
         left = sum(1 for tp in group.offsets if tp not in gone) + sum(
             1 for tp in shard.pending.partitions(group.group_id) if tp not in gone)
+        left_of[group.group_id] = left
         if (
             group.state is GroupState.EMPTY
             and left == 0
@@ -262,6 +290,9 @@ def _cleanup(
                 records.append((encode_group_metadata_key(group.group_id), None))
             elif not doomed:
                 shard.drop_if_removable(group)
+    for cg in list(shard.consumer_groups.values()):
+        if not cg.members and left_of.get(cg.group_id, 0) == 0:
+            records += consumer.delete_group(cg.group_id)  # empty, no offsets left
     return Result(removed, records)
 
 

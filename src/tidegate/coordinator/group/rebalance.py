@@ -87,6 +87,10 @@ def join(shard: GroupShard, req: JoinRequest, token: int, now: int) -> Result[Jo
         return _error(ErrorCode.invalid_group_id, req.member_id)
     if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
         return _error(ErrorCode.invalid_session_timeout, req.member_id)
+    cgroup = shard.consumer_groups.get(req.group_id)
+    if cgroup is not None and cgroup.members:
+        # a KIP-848 consumer group; mixed (upgrading) groups are not supported yet
+        return _error(ErrorCode.inconsistent_group_protocol, req.member_id)
     group = shard.groups.get(req.group_id)
     if group is None:
         if req.member_id:

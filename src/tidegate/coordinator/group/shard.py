@@ -15,6 +15,8 @@ in the log yet stay pending until the marker is written. The request
 operations live in `rebalance.py` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
 `offsets.py` (OffsetCommit, OffsetFetch, OffsetDelete, expiry) and `admin.py`
 (DescribeGroups, ListGroups, DeleteGroups); each is `op(shard, ..., now) -> Result`.
+KIP-848 consumer groups (`consumer_groups`) replay their own records and run
+ConsumerGroupHeartbeat in `consumer.py`; their committed offsets live in `groups` too.
 
 Timers (session, join and sync deadlines) are keys in a `DeadlineQueue`:
 ("member", group, member id) for members and pending members, ("join", group) for the
@@ -27,12 +29,15 @@ import struct
 import uuid
 from collections.abc import Callable, Hashable, Sequence
 
+from tidegate.coordinator.group import consumer
 from tidegate.coordinator.group.config import GroupConfig
+from tidegate.coordinator.group.consumer_model import ConsumerGroup
 from tidegate.coordinator.group.model import Group, Member, OffsetAndMetadata
 from tidegate.coordinator.group.pending import PendingOffsets
 from tidegate.coordinator.group.states import GroupState
 from tidegate.coordinator.runtime import ReplayRecord, Result
 from tidegate.coordinator.timers import DeadlineQueue
+from tidegate.protocol.consumer_group_records import decode_consumer_key
 from tidegate.protocol.coordinator_records import (
     CoordinatorRecordError,
     GroupMetadataKey,
@@ -67,6 +72,8 @@ class GroupShard:
         self.config = config or GroupConfig()
         self.new_id = new_id
         self.groups: dict[str, Group] = {}
+        # KIP-848 consumer groups (consumer.py); their offsets live in `groups`
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.pending = PendingOffsets()
         self.timers = DeadlineQueue()
         self.now_ms = 0
@@ -87,6 +94,7 @@ class GroupShard:
         for group in self.groups.values():
             for member in group.members.values():
                 self.schedule_member(group, member.member_id, now_ms + member.session_timeout_ms)
+        consumer.schedule_loaded(self, now_ms)
 
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
@@ -180,8 +188,10 @@ class GroupShard:
                     self._replay_group_tombstone(key.group)
                 else:
                     self._replay_group(key.group, decode_group_metadata_value(r.value))
+            elif (ckey := decode_consumer_key(raw)) is not None:
+                consumer.replay(self, ckey, r.value)  # KIP-848 consumer-group records
             else:
-                self.skipped_records += 1  # e.g. KIP-848 consumer-group records: not ours
+                self.skipped_records += 1  # e.g. share-group records: not ours
 
     # -- replay ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from tidegate.coordinator.group import consumer
 from tidegate.coordinator.group.model import Group
 from tidegate.coordinator.group.rebalance import (
     after_member_removed,
@@ -36,6 +37,8 @@ _S = GroupState.STABLE
 
 def on_deadline(shard: GroupShard, key: Hashable, now: int) -> Result[None]:
     kind, group_id, member_id = shard.timer_key(key)
+    if kind.startswith("consumer"):
+        return consumer.on_deadline(shard, key, now)  # a KIP-848 member
     group = shard.groups.get(group_id)
     out: Result[None] = Result(None)
     if group is None:

@@ -36,11 +36,16 @@ def _assignment(assignments: Any) -> dict[int, list[int]]:
 async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     validate_only = bool(view(req, "validate_only", False))
     results = []
+    names = [str(t.name) for t in req.topics]
+    # Kafka: a name given twice is not created at all and is answered once, INVALID_REQUEST
+    duplicates = {n for n in names if names.count(n) > 1}
     seen: set[str] = set()
     # ACLs (Kafka): CREATE on the cluster, or else on each topic
     cluster_create = check_cluster(broker, ctx, Op.CREATE, log_denied=False)
     for t in req.topics:
         name = str(t.name)
+        if name in duplicates and name in seen:
+            continue
         out: dict[str, Any] = {
             "name": name,
             "topic_id": ZERO_UUID,
@@ -51,9 +56,10 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             "configs": [],
         }
         try:
-            if name in seen:
-                raise InvalidRequestError(f"topic {name} appears twice in the request")
             seen.add(name)
+            if name in duplicates:
+                raise InvalidRequestError(
+                    f"Create topics request from client contains duplicate topic {name}")
             if not cluster_create and not check(broker, ctx, Op.CREATE, Res.TOPIC, name):
                 raise KafkaError(f"Authorization failed: CREATE on topic {name}",
                                  code=ErrorCode.topic_authorization_failed)
@@ -98,7 +104,8 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             ]
         except KafkaError as e:
             out["error_code"], out["error_message"] = error_fields(e)
-            out["configs"] = None if ctx.api_version >= 5 else []
+            # Kafka answers a duplicate with an empty config list, other errors with null
+            out["configs"] = None if ctx.api_version >= 5 and name not in duplicates else []
         results.append(out)
     return build(ctx.response_class, {"throttle_time": 0, "topics": results})
 
@@ -185,12 +192,17 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
 
 
 async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    if int(view(req, "endpoint_type", 1)) != 1:
+    endpoint_type = int(view(req, "endpoint_type", 1))
+    if endpoint_type != 1:
+        # Kafka's broker: asked for controllers (2) it answers MISMATCHED_ENDPOINT_TYPE
+        # (ask a controller's listener); any other type is UNSUPPORTED_ENDPOINT_TYPE
+        code = (ErrorCode.mismatched_endpoint_type if endpoint_type == 2
+                else ErrorCode.unsupported_endpoint_type)
         return build(
             ctx.response_class,
             {
                 "throttle_time": 0,
-                "error_code": ErrorCode.unsupported_endpoint_type,
+                "error_code": code,
                 "error_message": "only broker endpoints are served",
                 "cluster_id": broker.metadata.cluster_id,
                 "controller_id": broker.metadata.controller_id,

@@ -1,11 +1,13 @@
 """ApiVersions: tell the client which versions of each API this broker speaks, and its
 features (KIP-584).
 
-The one feature advertised is `transaction.version`, finalized at the level the
-transaction coordinator runs (2 by default): clients that know it (Kafka's Java client
-from 4.0) then use transaction version 2 (KIP-890: no AddPartitionsToTxn round trips, an
-epoch bump at every commit); clients that do not (librdkafka, kafka-python, aiokafka,
-KafkaJS) ignore it and keep version 1, which stays fully supported.
+Features advertised (supported range and finalized level): `metadata.version` (Kafka
+4.1's levels, below), `group.version` (1: KIP-848 is on) and `transaction.version`,
+finalized at the level the transaction coordinator runs (2 by default): clients that
+know it (Kafka's Java client from 4.0) then use transaction version 2 (KIP-890: no
+AddPartitionsToTxn round trips, an epoch bump at every commit); clients that do not
+(librdkafka, kafka-python, aiokafka, KafkaJS) ignore it and keep version 1,
+which stays fully supported.
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ from typing import Any
 from tidegate.protocol.messages import build
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
+
+# metadata.version levels (Kafka's MetadataVersion feature levels): 7 is 3.3-IV3, the
+# lowest Kafka 4 accepts; 27 is 4.1-IV1, Kafka 4.1.0's latest production level, the one
+# a fresh Kafka 4.1 cluster finalizes. Tidegate has no KRaft metadata log: the level
+# tells admin tools (`kafka-features.sh describe`, Admin.describeFeatures) which Kafka
+# generation of requests this broker serves (DescribeCluster v2, ListConfigResources v1,
+# DescribeTopicPartitions), nothing more.
+METADATA_VERSION_MIN = 7
+METADATA_VERSION = 27
 
 
 def api_keys_payload(broker: Broker) -> list[dict[str, int]]:
@@ -34,10 +45,18 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "api_keys": api_keys_payload(broker),
             "throttle_time": 0,
             "supported_features": [
-                {"name": "transaction.version", "min_version": 0, "max_version": 2}],
+                # metadata.version: Kafka 4.1.0's range (3.3-IV3 .. 4.1-IV1), see above
+                {"name": "metadata.version", "min_version": METADATA_VERSION_MIN,
+                 "max_version": METADATA_VERSION},
+                {"name": "transaction.version", "min_version": 0, "max_version": 2},
+                # KIP-848: the consumer group protocol (ConsumerGroupHeartbeat) is on
+                {"name": "group.version", "min_version": 0, "max_version": 1}],
             "finalized_features_epoch": 1,
             "finalized_features": [
+                {"name": "metadata.version", "max_version_level": METADATA_VERSION,
+                 "min_version_level": METADATA_VERSION},
                 {"name": "transaction.version", "max_version_level": level,
-                 "min_version_level": level}],
+                 "min_version_level": level},
+                {"name": "group.version", "max_version_level": 1, "min_version_level": 1}],
         },
     )

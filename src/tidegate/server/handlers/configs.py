@@ -74,18 +74,23 @@ def validate_topic_configs(configs: dict[str, str]) -> LogConfig:
 
 
 def _synonyms(broker: Broker, name: str, overrides: dict[str, str]) -> list[dict[str, Any]]:
+    """Kafka's chain for a topic config: the topic's override, then the broker keys
+    behind it, by source first (dynamic, static, built-in default) and in synonym order
+    within one; each named by its broker key, so an untouched `retention.ms` lists
+    `log.retention.hours=168` as its DEFAULT_CONFIG, as Kafka's Java Admin shows. A
+    topic config without a broker key (e.g. the throttled replicas) has no synonyms."""
     out = []
     if name in overrides:
         out.append({"name": name, "value": overrides[name], "source": SRC_TOPIC})
-    for bkey, _factor in BROKER_SYNONYMS.get(name, ()):
-        if bkey in broker.dynamic_configs:
-            out.append(
-                {"name": bkey, "value": broker.dynamic_configs[bkey], "source": SRC_DYNAMIC_DEFAULT}
-            )
-        if bkey in broker.config.explicit:
-            out.append({"name": bkey, "value": broker.config.get(bkey), "source": SRC_STATIC})
-    key = TOPIC_CONFIG_KEYS[name]
-    out.append({"name": name, "value": key.format(key.default), "source": SRC_DEFAULT})
+    bkeys = [bkey for bkey, _factor in BROKER_SYNONYMS.get(name, ())]
+    out += [{"name": b, "value": broker.dynamic_configs[b], "source": SRC_DYNAMIC_DEFAULT}
+            for b in bkeys if b in broker.dynamic_configs]
+    out += [{"name": b, "value": broker.config.get(b), "source": SRC_STATIC}
+            for b in bkeys if b in broker.config.explicit]
+    for b in bkeys:
+        key = SYNONYM_KEYS.get(b)
+        if key is not None and key.default is not None:
+            out.append({"name": b, "value": key.format(key.default), "source": SRC_DEFAULT})
     return out
 
 
@@ -107,7 +112,7 @@ def describe_topic_configs(
                 "name": name,
                 "value": effective.value_of(name),
                 "read_only": False,
-                "config_source": syn[0]["source"],
+                "config_source": syn[0]["source"] if syn else SRC_DEFAULT,
                 "is_sensitive": False,
                 "synonyms": syn,
                 "config_type": int(key.type),

@@ -151,6 +151,9 @@ def _read_all(broker: Broker, req: Any, isolation: int, denied: Container[str] =
                     data = lg.read(offset, limit, max_offset=bound, min_one_batch=first_data)
             except KafkaError as e:
                 out["error_code"], _ = error_fields(e)
+                # Kafka's failed log read (ReplicaManager) carries no offsets: -1 for all
+                out["high_watermark"] = out["last_stable_offset"] = -1
+                out["log_start_offset"] = -1
                 any_error = True
                 parts_out.append(out)
                 continue

@@ -87,7 +87,7 @@ async def handle_list_groups(broker: Broker, ctx: RequestContext, req: Any) -> A
                     "group_id": g.group_id,
                     "protocol_type": g.protocol_type,
                     "group_state": g.state,
-                    "group_type": "classic",
+                    "group_type": g.group_type,
                 }
                 for g in groups
             ],

@@ -20,6 +20,7 @@ from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID
 from tidegate.server.handlers.operations import TOPIC_OPS, authorized_operations, cluster_ops_field
 from tidegate.server.metadata_view import PartitionView, TopicView, brokers_on
+from tidegate.storage.topics import validate_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,14 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 # yet and answers LEADER_NOT_AVAILABLE per partition, as Kafka does.
                 tv = md.topic(name)
             if tv is None:
-                topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
+                # Kafka tells a name no topic can have (INVALID_TOPIC_EXCEPTION) from one
+                # that merely does not exist
+                try:
+                    validate_topic_name(name)
+                    code = ErrorCode.unknown_topic_or_partition
+                except KafkaError:
+                    code = ErrorCode.invalid_topic_exception
+                topics.append(_error_topic(name, code))
             else:
                 topics.append(payload(tv))
     return build(

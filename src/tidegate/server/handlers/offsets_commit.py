@@ -116,7 +116,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
 
 async def _fetch_group(
     broker: Broker, ctx: RequestContext, group_id: str, topics: Any, by_id: bool,
-    require_stable: bool
+    require_stable: bool, member: tuple[str, int] = ("", -1)
 ) -> tuple[ErrorCode, list[dict[str, Any]]]:
     """One group's answer: (group error, topics payload). ACLs as Kafka: DESCRIBE on the
     group, else GROUP_AUTHORIZATION_FAILED; topics the principal may not DESCRIBE are
@@ -142,7 +142,8 @@ async def _fetch_group(
             wanted += [(name, p) for p in parts]
     try:
         resp = await broker.group_coordinator.fetch(
-            OffsetFetchRequest(group_id, None if wanted is None else tuple(wanted), require_stable)
+            OffsetFetchRequest(group_id, None if wanted is None else tuple(wanted),
+                               require_stable, *member)
         )
     except KafkaError as e:
         resp = OffsetFetchResponse(e.code)
@@ -199,8 +200,10 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> 
     if v >= 8:
         groups = []
         for g in req.groups:
+            # v9+: a KIP-848 member names itself, fenced by its epoch
+            member = (str(view(g, "member_id", "") or ""), int(view(g, "member_epoch", -1)))
             code, topics = await _fetch_group(broker, ctx, str(g.group_id), g.topics, v >= 10,
-                                              stable)
+                                              stable, member)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return build(ctx.response_class, {"throttle_time": 0, "groups": groups})
     code, topics = await _fetch_group(broker, ctx, str(req.group_id), req.topics, False, stable)

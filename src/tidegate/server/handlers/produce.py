@@ -37,6 +37,7 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import build, ms, view
+from tidegate.records.batch import MAGIC_V2
 from tidegate.server.authz import AclOperation as Op
 from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check
@@ -53,6 +54,9 @@ from tidegate.server.partition import Partition
 from tidegate.storage.record_checks import RecordValidationError
 
 log = logging.getLogger(__name__)
+
+# where a batch's magic byte sits: after baseOffset, batchLength, partitionLeaderEpoch
+MAGIC_OFFSET = 16
 
 
 def _partition_result(
@@ -167,6 +171,16 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                         ),
                     )
                 )
+                continue
+            if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] != MAGIC_V2:
+                # Kafka's ProduceRequest.validateRecords: v3+ carries only v2 batches; an
+                # older magic is INVALID_RECORD (a CRC or framing fault is CORRUPT_MESSAGE)
+                log.warning("rejected produce to %s-%d from %s (%s): record batch magic %d",
+                            name, index, ctx.peer, ctx.client_id, records[MAGIC_OFFSET])
+                results.append((key, _partition_result(
+                    index, ErrorCode.invalid_record,
+                    f"Produce requests with version {ctx.api_version} are only allowed to "
+                    "contain record batches with magic version 2")))
                 continue
             guard: object | None = None
             slot = slots.pop((ti, index), None)

@@ -1,7 +1,9 @@
 """SaslHandshake, SaslAuthenticate, DescribeUserScramCredentials, AlterUserScramCredentials.
 
 The first two drive the connection's `SaslServer` (protocol/sasl.py) through its
-`Session` (server/security.py, reached as `ctx.session`). A failure is answered with
+`Session` (server/security.py, reached as `ctx.session`). An OAUTHBEARER token refused
+is first answered with Kafka's JSON challenge (logged and delayed then), and the client's
+`\x01` that follows gets SASL_AUTHENTICATION_FAILED. A failure is answered with
 Kafka's error (UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE,
 SASL_AUTHENTICATION_FAILED), logged once, and the connection is closed once the answer
 is written; a failed SaslAuthenticate is answered only after the source address's
@@ -24,6 +26,7 @@ from typing import Any
 from tidegate.common.errors import ErrorCode
 from tidegate.common.scram import BY_TYPE, MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
 from tidegate.protocol.messages import build, view
+from tidegate.protocol.sasl import OAUTHBEARER, SaslState
 from tidegate.server.authz import AclOperation as Op
 from tidegate.server.authz import check_cluster
 from tidegate.server.broker import Broker
@@ -71,13 +74,20 @@ async def authenticate(
         return {"error_code": ErrorCode.illegal_sasl_state,
                 "error_message": "SASL is not enabled on this listener",
                 "auth_bytes": b"", "session_lifetime": 0}, False
-    result = session.sasl.authenticate(token, broker.clock.now_ms())
+    sasl = session.sasl
+    if sasl.state is SaslState.AUTHENTICATE and sasl.mechanism == OAUTHBEARER:
+        await session.before_oauth(token)  # the JWKS fetched or refreshed if need be
+    after_challenge = sasl.state is SaslState.OAUTH_ERROR
+    result = sasl.authenticate(token, broker.clock.now_ms())
     host = peer.rpartition(":")[0]
-    if result.error != ErrorCode.none:
+    if result.error != ErrorCode.none and after_challenge:
+        # OAUTHBEARER's final refusal: logged and delayed with the challenge already.
         session.close_after_answer = True
+    elif result.error != ErrorCode.none or sasl.state is SaslState.OAUTH_ERROR:
+        session.close_after_answer = result.error != ErrorCode.none
         delay = broker.guess_delays.failed(host)
         log.warning("authentication failed for %s on listener %s: %s (answering in %.1f s)",
-                    peer, session.listener, session.sasl.reason, delay)
+                    peer, session.listener, sasl.reason, delay)
         await asyncio.sleep(delay)
     elif session.sasl.principal is not None:
         if session.principal != session.sasl.principal:
