@@ -30,6 +30,10 @@ PER_BROKER_KEYS = frozenset({
     "zookeeper.connect",
 })
 MAX_PORT = 65535
+# Broker N's HTTP listener (metrics, health, console): 9644 + N - 1, the broker's default
+# port for broker 1, the next ports for the others (one machine, one port each).
+HTTP_BASE_PORT = 9644
+HTTP_KEY = "http.listeners"
 
 
 class PlanError(ValueError):
@@ -82,7 +86,19 @@ class ClusterPlan:
             if key in PER_BROKER_KEYS:
                 raise PlanError(f"--override {key}: `cluster up` sets {key} for each broker "
                                 f"itself (see --base-port, --zk-port and --dir)")
+            if key == HTTP_KEY and value.strip():
+                raise PlanError(f"--override {key}: `cluster up` gives broker N "
+                                f"http://127.0.0.1:{HTTP_BASE_PORT}+N-1; an empty value "
+                                f"({key}=) turns the HTTP listeners off")
             pairs.append((key, value.strip()))
+        http_last = HTTP_BASE_PORT + brokers - 1
+        http_on = dict(pairs).get(HTTP_KEY) != ""
+        overlap = not (http_last < base_port or last < HTTP_BASE_PORT) \
+            or HTTP_BASE_PORT <= zk_port <= http_last
+        if http_on and overlap:
+            raise PlanError(f"the brokers' HTTP listeners use ports {HTTP_BASE_PORT}.."
+                            f"{http_last}: choose a --base-port and --zk-port outside them, "
+                            f"or turn them off with --override {HTTP_KEY}=")
         return cls(directory.absolute(), brokers, base_port, zk_port, tuple(pairs))
 
     @property
@@ -94,6 +110,12 @@ class ClusterPlan:
 
     def address(self, broker_id: int) -> str:
         return f"{self.host}:{self.port(broker_id)}"
+
+    def http_url(self, broker_id: int) -> str | None:
+        """Broker N's HTTP listener (None: turned off with `--override http.listeners=`)."""
+        if dict(self.overrides).get(HTTP_KEY) == "":
+            return None
+        return f"http://{self.host}:{HTTP_BASE_PORT + broker_id - 1}"
 
     @property
     def bootstrap(self) -> str:
@@ -134,6 +156,7 @@ class ClusterPlan:
             "listeners": f"PLAINTEXT://{self.address(broker_id)}",
             "log.dirs": str(self.broker_dir(broker_id)),
             "zookeeper.connect": self.zk_connect,
+            HTTP_KEY: self.http_url(broker_id) or "",
         })
         cfg.update(self.overrides)
         return cfg

@@ -302,6 +302,9 @@ class ClusterLauncher:
         self.say(f"  try: tidegate topics create demo --partitions 6 --replication-factor {rf} "
                  f"--bootstrap-server {plan.bootstrap}")
         self.say(f"       kcat -b {plan.bootstrap} -L")
+        urls = [u for b in plan.broker_ids if (u := plan.http_url(b)) is not None]
+        if urls:
+            self.say(f"Metrics, health and the web console: {', '.join(urls)}")
         self.say(f"Logs in {plan.logs_dir}. Press Ctrl-C to stop the cluster.")
 
     def _watch(self) -> bool:

@@ -21,6 +21,7 @@ def test_broker_n_gets_its_id_port_directory_and_chroot(tmp_path: Path) -> None:
         "listeners": "PLAINTEXT://127.0.0.1:9093",
         "log.dirs": str(tmp_path / "c" / "broker-2"),
         "zookeeper.connect": "127.0.0.1:2181/tidegate",
+        "http.listeners": "http://127.0.0.1:9645",
     }
     assert p.bootstrap == "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
     assert p.log_path("broker-2") == tmp_path / "c" / "logs" / "broker-2.log"
@@ -76,6 +77,9 @@ def test_per_broker_keys_cannot_be_overridden(tmp_path: Path, key: str) -> None:
     ({"zk_port": 9093}, "one of the brokers' ports"),
     ({"overrides": ("num.partitions",)}, "KEY=VALUE"),
     ({"overrides": ("=3",)}, "KEY=VALUE"),
+    ({"overrides": ("http.listeners=http://127.0.0.1:8080",)}, "9644\\+N-1"),
+    ({"base_port": 9643}, "HTTP listeners use ports 9644..9646"),
+    ({"zk_port": 9646}, "HTTP listeners use ports 9644..9646"),
 ])
 def test_bad_arguments_say_what_is_wrong(tmp_path: Path, kwargs: dict[str, object],
                                          message: str) -> None:
@@ -88,3 +92,12 @@ def test_the_restart_hint_repeats_only_non_default_arguments(tmp_path: Path) -> 
     assert plan(tmp_path).up_command() == f"tidegate cluster up --dir {d}"
     assert plan(tmp_path, brokers=2, base_port=19092, zk_port=12181).up_command() == (
         f"tidegate cluster up --brokers 2 --dir {d} --base-port 19092 --zk-port 12181")
+
+
+def test_each_broker_gets_its_own_http_port_unless_they_are_turned_off(tmp_path: Path) -> None:
+    p = plan(tmp_path)
+    assert [p.broker_config(b)["http.listeners"] for b in p.broker_ids] == [
+        "http://127.0.0.1:9644", "http://127.0.0.1:9645", "http://127.0.0.1:9646"]
+    off = plan(tmp_path, overrides=("http.listeners=",), base_port=9644)
+    assert off.http_url(1) is None
+    assert off.broker_config(2)["http.listeners"] == ""
