@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,6 +160,12 @@ def test_cluster_up_status_describe_ctrl_c_and_restart(cluster_dir: Path) -> Non
         assert f"starting ZooKeeper on 127.0.0.1:{zk_port} ... ready" in out
         for i in range(BROKERS):
             assert f"broker {i + 1} ... listening on 127.0.0.1:{base + i}" in out
+        # each broker its own HTTP listener (metrics, health, console): 9644 + N - 1
+        urls = [f"http://127.0.0.1:{9644 + i}" for i in range(BROKERS)]
+        assert f"Metrics, health and the web console: {', '.join(urls)}" in out
+        for url in urls:
+            with urllib.request.urlopen(url + "/healthz", timeout=10) as r:
+                assert r.status == 200
 
         status = tidegate("cluster", "status", "--bootstrap-server", bootstrap)
         assert status.returncode == 0, status.stdout + status.stderr

@@ -184,6 +184,14 @@ class ClusterLauncher:
                 f"{plan.host}: another broker, Kafka or "
                 f"cluster is running there; stop it, or choose other ports with --base-port "
                 f"(brokers use {plan.base_port}..{plan.port(plan.brokers)})")
+        busy_http = [u for b in plan.broker_ids if (u := plan.http_url(b)) is not None
+                     and port_in_use(plan.host, int(u.rsplit(":", 1)[1]))]
+        if busy_http:
+            raise LaunchError(
+                f"{', '.join(busy_http)} (the brokers' HTTP listeners) "
+                f"{'is' if len(busy_http) == 1 else 'are'} already in use on {plan.host}: "
+                f"a broker started with `tidegate serve` takes 9644 by default; stop it, or "
+                f"start the cluster without HTTP listeners (--override http.listeners=)")
 
     def _start(self) -> bool:
         plan = self.plan
