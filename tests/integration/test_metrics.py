@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -326,3 +327,37 @@ def test_scrapes_while_topics_are_deleted(mbroker: tuple[BrokerProcess, list]) -
     assert val(final, "kafka_server_kafkaserver_brokerstate") == 3
     assert val(final, "kafka_server_socketservermetrics_connection_count",
                listener="PLAINTEXT") >= 1
+
+
+def test_console_served_by_a_broker_on_port_0(tmp_path: Path) -> None:
+    """The broker's own console talks to the address the broker bound: with port 0 for
+    Kafka and HTTP, the pages still show this broker's data."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidegate.cli.main", "serve",
+         "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+         "--override", "http.listeners=http://127.0.0.1:0",
+         "--override", f"log.dirs={tmp_path / 'data'}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        url = bootstrap = ""
+        deadline = time.monotonic() + 30
+        while not (url and bootstrap) and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if line.startswith("HTTP listener on "):
+                url = line.split()[-1]
+            elif " listening on " in line:
+                bootstrap = line.split(" listening on ")[1].split()[0]
+        assert url and bootstrap and not bootstrap.endswith(":0"), (url, bootstrap)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("seen-by-console", 1, 1)])["seen-by-console"].result(30)
+        status, body = _get(url + "/topics")
+        assert status == 200 and b"seen-by-console" in body, body[:500]
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from tidegate.server.app import run_broker
 
     def ready(bound: list[tuple[str, int]]) -> None:
+        bound_addresses.extend(bound)
         where = ", ".join(f"{h}:{p}" for h, p in bound)
         adv = ", ".join(str(x) for x in config.advertised_listeners())
         print(
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
     # -- the HTTP listener (http.listeners; docs/observability.md) and the console on it
     http_urls: list[str] = []
-    routes, console_paths = _console_routes(config)
+    bound_addresses: list[tuple[str, int]] = []
+    routes, console_paths = _console_routes(config, bound_addresses)
 
     def http_bound(urls: list[str]) -> None:
         http_urls.extend(urls)
@@ -99,19 +101,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _console_routes(config: BrokerConfig) -> tuple[Any, str]:
+def _console_routes(config: BrokerConfig, bound: list[tuple[str, int]]
+                    ) -> tuple[Any, str]:
     """The web console's routes for the HTTP listener (tidegate.console.web), talking to
-    this broker's first PLAINTEXT listener; none if there is no such listener or the
+    this broker's first PLAINTEXT listener at the address it bound (`bound`, filled in
+    once the broker listens: port 0 works); none if there is no such listener or the
     console is not installed. `console.read.only=true` mounts it read-only."""
-    lis = next((x for x in config.listeners() if x.name == "PLAINTEXT"), None)
-    if lis is None or not config.get("http.listeners").strip():
+    listeners = config.listeners()
+    index = next((i for i, x in enumerate(listeners) if x.name == "PLAINTEXT"), None)
+    if index is None or not config.get("http.listeners").strip():
         return None, ""
     try:
         from tidegate.console.web import add_routes
     except (ImportError, AttributeError):
         return None, ""
-    bootstrap = f"{lis.host or '127.0.0.1'}:{lis.port}"
+    lis = listeners[index]
     read_only = config.get_bool("console.read.only")
+
+    def bootstrap() -> str:
+        # one bound address per listener (a listener on every interface may bind two:
+        # then its configured port, which is not 0 in practice)
+        host, port = bound[index] if len(bound) == len(listeners) else (lis.host, lis.port)
+        return f"{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"
 
     def mount(app: Any) -> None:
         add_routes(app, bootstrap, read_only=read_only)

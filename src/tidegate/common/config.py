@@ -444,6 +444,7 @@ class BrokerConfig:
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         self.props: dict[str, str] = {k: v[0] for k, v in BROKER_KEYS.items()}
         self.explicit: set[str] = set()
+        self._bound_ports: dict[str, int] = {}  # listener -> port bound (bind_ports)
         if props:
             self.update(props)
 
@@ -548,12 +549,19 @@ class BrokerConfig:
         return ls
 
     def advertised_listeners(self) -> list[Listener]:
+        """What Metadata and the registration advertise: `advertised.listeners`, else the
+        listeners; a port 0 becomes the port its listener bound (`bind_ports`), as on
+        Kafka, so a broker started on port 0 is reachable through its metadata."""
         value = self.props.get("advertised.listeners", "")
-        if not value:
-            return [
-                Listener(lis.name, lis.host or "localhost", lis.port) for lis in self.listeners()
-            ]
-        return parse_listeners(value)
+        found = parse_listeners(value) if value else [
+            Listener(lis.name, lis.host or "localhost", lis.port) for lis in self.listeners()]
+        bound = self._bound_ports
+        return [Listener(a.name, a.host, bound[a.name]) if a.port == 0 and a.name in bound
+                else a for a in found]
+
+    def bind_ports(self, ports: Mapping[str, int]) -> None:
+        """The port each listener bound (server/listener.py), for `advertised_listeners`."""
+        self._bound_ports = dict(ports)
 
     @property
     def log_dir(self) -> Path:

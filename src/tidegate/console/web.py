@@ -77,8 +77,10 @@ def _static_files() -> dict[str, bytes]:
 class Console:
     """The routes' shared state: the client, the CSRF token, read-only mode."""
 
-    def __init__(self, settings: Mapping[str, object], read_only: bool) -> None:
+    def __init__(self, settings: Mapping[str, object], read_only: bool,
+                 bootstrap: str | Callable[[], str]) -> None:
         self.settings = dict(settings)
+        self.bootstrap = bootstrap  # a callable: known once the broker has bound its port
         self.read_only = read_only
         self.csrf = secrets.token_urlsafe(32)
         self.static = _static_files()
@@ -87,7 +89,9 @@ class Console:
 
     async def client(self) -> ConsoleClient:
         if self._client is None:
-            self._client = ConsoleClient(self.settings)
+            b = self.bootstrap
+            self._client = ConsoleClient(
+                {**self.settings, "bootstrap.servers": b() if callable(b) else b})
             self.conns = LeaderConnections(self._client)
         await self._client.ensure_started()
         return self._client
@@ -165,13 +169,13 @@ def _back(path: str, flash: str) -> web.HTTPSeeOther:
     return web.HTTPSeeOther(url(path, flash=flash))
 
 
-def add_routes(app: web.Application, bootstrap: str, *, read_only: bool,
+def add_routes(app: web.Application, bootstrap: str | Callable[[], str], *, read_only: bool,
                client_config: Mapping[str, object] | None = None) -> None:
-    """Add the console's routes (see the module docstring) to `app`. `client_config`:
-    extra Kafka client settings (security.protocol, ssl.*, sasl.*)."""
-    settings = dict(client_config or {})
-    settings["bootstrap.servers"] = bootstrap
-    c = Console(settings, read_only)
+    """Add the console's routes (see the module docstring) to `app`. `bootstrap`: the
+    servers, or a function giving them at the first request (a broker mounting its own
+    console learns its bound port only once it listens). `client_config`: extra Kafka
+    client settings (security.protocol, ssl.*, sasl.*)."""
+    c = Console(dict(client_config or {}), read_only, bootstrap)
     app.on_cleanup.append(c.close)
 
     async def overview(request: web.Request) -> web.StreamResponse:

@@ -345,6 +345,8 @@ class Listener:
                 addr = sock.getsockname()
                 bound.append((str(addr[0]), int(addr[1])))
                 self.bound_by_listener.setdefault(lis.name, []).append(bound[-1])
+        self.broker.config.bind_ports(
+            {name: addrs[0][1] for name, addrs in self.bound_by_listener.items()})
         return bound
 
     async def _accept(
