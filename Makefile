@@ -112,10 +112,11 @@ unit: install
 
 test: install deps-system deps-node deps-kafka deps-java lint typecheck layers
 	@$(BIN)/python -c "from tidegate.records import record; print('record speedups (C extension):', 'on' if record.SPEEDUPS else 'OFF, pure Python')"
-	# integration tests one at a time (real brokers, clusters and timings); unit tests,
-	# CPU-bound and independent, on both cores
-	$(BIN)/pytest -q -ra --timeout=600 --durations=15 -m "not slow" tests/integration
-	$(BIN)/pytest -q -ra --timeout=600 -n 2 -m "not slow" tests/unit
+	# two lanes (tests/conftest.py): the timing-sensitive integration tests (clusters,
+	# kills, Spark, benchmark smokes) one after another in one, the light integration
+	# modules and the unit tests in the other
+	$(BIN)/pytest -q -ra --timeout=600 --durations=25 -n 2 --dist loadgroup -m "not slow" \
+	    tests/integration tests/unit
 	# the pure-Python record code is the reference the C extension must match: test it too
 	TIDEGATE_PURE_PYTHON=1 $(BIN)/pytest -q --timeout=600 -n 2 -m "not slow" tests/unit/records
 
