@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.conftest import ROOT
-from tests.integration.test_eos_pipeline import TXN_TIMEOUT_MS, Pipeline, run_pipeline
+from tests.integration.test_eos_pipeline import Pipeline, run_pipeline
 
 PROCESSOR = Path(__file__).with_name("tidegate_eos_processor.py")
 # records/s per processor: 20,000 values take longer than the kill phase, so the kills
@@ -44,7 +44,7 @@ class _TidegatePipeline(Pipeline):
         args = [sys.executable, str(PROCESSOR), self.broker.bootstrap, "in", "out",
                 self.group, f"tidegate-eos-{self.mode}", "--mode", self.mode,
                 "--batch", str(self.rng.randint(*self.batch_range)), "--rate", str(RATE),
-                "--transaction-timeout-ms", str(TXN_TIMEOUT_MS), "--max-seconds", "900"]
+                "--transaction-timeout-ms", str(self.txn_timeout_ms), "--max-seconds", "900"]
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + str(ROOT))
         with self.log_path(self.incarnation).open("wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,

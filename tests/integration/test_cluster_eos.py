@@ -44,16 +44,22 @@ from tests.integration.test_txn_history import run_workload
 SOAK = pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
                           reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
 SMALL_BATCHES = (10, 60)
+# longer than a failover (ZooKeeper session 4 s + election + the client's rediscovery):
+# with the single broker's 6 s, a transaction spanning one was aborted by its
+# coordinator and the live processor fenced (exit 2), in place of a planned kill
+CLUSTER_TXN_TIMEOUT_MS = 30_000
 
 
 @dataclass
 class SmallBatchPipeline(Pipeline):
     batch_range: tuple[int, int] = SMALL_BATCHES
+    txn_timeout_ms: int = CLUSTER_TXN_TIMEOUT_MS
 
 
 @dataclass
 class SmallBatchHelperPipeline(HelperPipeline):
     batch_range: tuple[int, int] = SMALL_BATCHES
+    txn_timeout_ms: int = CLUSTER_TXN_TIMEOUT_MS
 
 
 def _history_target(tmp_path: Path, workers: int) -> ClusterTarget:

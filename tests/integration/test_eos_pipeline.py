@@ -201,6 +201,10 @@ class Pipeline:
     workdir: Path
     group: str = "eos-group"
     batch_range: tuple[int, int] = (50, 800)
+    # transaction.timeout.ms: short on one broker, so that a killed processor's open
+    # transaction ends soon; on a cluster longer than a failover (a transaction that
+    # outlives it is aborted and its producer fenced, as on Kafka: a fatal error)
+    txn_timeout_ms: int = TXN_TIMEOUT_MS
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     proc: subprocess.Popen[bytes] | None = None
     incarnation: int = 0
@@ -214,7 +218,7 @@ class Pipeline:
         self.incarnation += 1
         args = [sys.executable, str(PROCESSOR), self.broker.bootstrap, "in", "out",
                 self.group, "eos-processor", "--batch", str(self.rng.randint(*self.batch_range)),
-                "--transaction-timeout-ms", str(TXN_TIMEOUT_MS), "--max-seconds", "900"]
+                "--transaction-timeout-ms", str(self.txn_timeout_ms), "--max-seconds", "900"]
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
         with self.log_path(self.incarnation).open("wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
