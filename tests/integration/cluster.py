@@ -50,9 +50,16 @@ class Cluster:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
     def start(self) -> None:
-        self.zk.start()
-        for b in self.brokers.values():
-            b.start(timeout=60)
+        """ZooKeeper, then every broker. If one fails to start, what did start is stopped
+        before the error goes on (callers start outside their try/finally: orphaned
+        brokers and ZooKeepers would slow every test after)."""
+        try:
+            self.zk.start()
+            for b in self.brokers.values():
+                b.start(timeout=60)
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         for b in self.brokers.values():
