@@ -270,7 +270,7 @@ CASES: list[Case] = [
                   "producer_id": -1, "producer_epoch": -1}),
         # (Kafka's next EndTxn would race its markers: CONCURRENT_TRANSACTIONS or not)
         Step(26, lambda r: _end_txn("oracle-tx-abort", r[0], False)),
-    ]),
+    ], sample=True),
     Case("add_partitions_to_txn_misuse", [
         create("oracle-apt2"),
         Step(22, {"transactional_id": "oracle-tx-apt", "transaction_timeout": 60000,

@@ -252,9 +252,6 @@ KNOWN = {
     "offset_commit_unknown_group step 2":
         "OffsetCommit v9+ to a group that does not exist with a generation: Kafka 4 "
         "answers GROUP_ID_NOT_FOUND, Tidegate ILLEGAL_GENERATION (to fix)",
-    "end_txn_abort_without_transaction step 1":
-        "EndTxn v5 abort with no transaction open: Kafka 4 bumps the epoch (KIP-890), "
-        "Tidegate answers INVALID_TXN_STATE (to fix)",
     "delete_groups_and_offsets step 5":
         "an Empty group whose last offset OffsetDelete removed: Kafka drops it at its next "
         "offsets cleanup, Tidegate at once (DeleteGroups: NONE vs GROUP_ID_NOT_FOUND)",

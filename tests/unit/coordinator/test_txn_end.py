@@ -84,6 +84,34 @@ def test_v2_end_bumps_epoch(d: TxnDriver) -> None:
     assert d.end(pid, epoch, commit=True, version=2).error is E.producer_fenced
 
 
+def test_v2_abort_with_no_transaction_open_bumps_the_epoch(d: TxnDriver) -> None:
+    """KIP-890 part 2, as Kafka 4: a version-2 abort from Empty or after a completed
+    transaction goes through PrepareAbort with no partitions (no markers) to
+    CompleteAbort, bumping the epoch; a version-1 abort there stays INVALID_TXN_STATE."""
+    r = d.init()
+    pid, epoch = r.producer_id, r.producer_epoch
+    assert d.end(pid, epoch, commit=False).error is E.invalid_txn_state  # version 1
+    assert d.end(pid, epoch, commit=True, version=2).error is E.invalid_txn_state
+    a = d.end(pid, epoch, commit=False, version=2)
+    assert (a.error, a.producer_id, a.producer_epoch) == (E.none, pid, epoch + 1)
+    assert d.meta().state is TxnState.PREPARE_ABORT and d.meta().partitions == frozenset()
+    # a retry while it completes, then after
+    assert d.end(pid, epoch, commit=False, version=2).error is E.concurrent_transactions
+    [job] = d.markers()
+    assert not job.commit and job.partitions == frozenset()
+    assert d.meta().state is TxnState.COMPLETE_ABORT
+    retry = d.end(pid, epoch, commit=False, version=2)
+    assert (retry.error, retry.producer_epoch) == (E.none, epoch + 1)
+    # after a completed transaction too; the old epoch is fenced
+    assert d.add(pid, epoch + 1).error is E.none
+    assert d.end(pid, epoch + 1, commit=True, version=2).producer_epoch == epoch + 2
+    d.markers()
+    again = d.end(pid, epoch + 2, commit=False, version=2)
+    assert (again.error, again.producer_epoch) == (E.none, epoch + 3)
+    d.markers()
+    assert d.end(pid, epoch + 1, commit=False, version=2).error is E.producer_fenced
+
+
 def test_v2_end_on_v1_broker_does_not_bump(tmp_path: Path) -> None:
     d = TxnDriver(tmp_path, TxnConfig(transaction_version=1))
     pid, epoch = d.begin()

@@ -33,11 +33,13 @@ S = TxnState
 
 
 def test_table_is_kafkas() -> None:
-    kafka = {  # TransactionState.validPreviousStates
+    kafka = {  # TransactionState.validPreviousStates (Kafka 4.x)
         "Empty": {"Empty", "CompleteCommit", "CompleteAbort"},
         "Ongoing": {"Ongoing", "Empty", "CompleteCommit", "CompleteAbort"},
         "PrepareCommit": {"Ongoing"},
-        "PrepareAbort": {"Ongoing", "PrepareEpochFence"},
+        # Kafka 4 (KIP-890 part 2): a version-2 abort with no transaction open
+        "PrepareAbort": {"Ongoing", "PrepareEpochFence", "Empty", "CompleteCommit",
+                         "CompleteAbort"},
         "CompleteCommit": {"PrepareCommit"},
         "CompleteAbort": {"PrepareAbort"},
         "Dead": {"Empty", "CompleteCommit", "CompleteAbort"},

@@ -10,7 +10,10 @@ serves them all.
 KIP-890 part 2 (client transaction version 2, EndTxn v5+): every EndTxn bumps the
 epoch, markers carry the bumped epoch, and the response returns it; when the bump
 exhausts the epoch, the Prepare record names the next producer id and Complete
-switches to it with epoch 0. A retried EndTxn is recognised by the bumped epoch.
+switches to it with epoch 0. A retried EndTxn is recognised by the bumped epoch. An
+abort with no transaction open (Empty, CompleteCommit, CompleteAbort) is allowed too:
+PrepareAbort with no partitions, so no markers, then CompleteAbort, bumping the epoch
+(a client recovering from TRANSACTION_ABORTABLE before its coordinator saw a partition).
 """
 
 from __future__ import annotations
@@ -78,10 +81,16 @@ def end_txn(shard: TxnShard, transactional_id: str, producer_id: int, producer_e
     retry_on_overflow = (tv2 and meta.previous_producer_id == producer_id
                          and producer_epoch == SHORT_MAX - 1 and meta.producer_epoch == 0
                          and state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT))
+    # KIP-890 part 2: a version-2 client aborts with no transaction open (nothing was
+    # added yet, or the last one has ended) to recover from an abortable error; as on
+    # Kafka 4, that abort goes through PrepareAbort with no partitions and bumps the epoch
+    version = min(txn_version, shard.config.transaction_version)
+    empty_abort = (not commit and version >= 2 and state.is_idle
+                   and producer_epoch == meta.producer_epoch)
     if tv2 and state.is_prepare:
         valid_epoch = retry_on_bump
     elif tv2 and state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-        valid_epoch = retry_on_bump or retry_on_overflow
+        valid_epoch = retry_on_bump or retry_on_overflow or empty_abort
     else:
         valid_epoch = producer_epoch == meta.producer_epoch
     if meta.producer_id != producer_id and not retry_on_overflow:
@@ -89,10 +98,12 @@ def end_txn(shard: TxnShard, transactional_id: str, producer_id: int, producer_e
     if not valid_epoch:
         return Result(EndTxnResponse(_E.producer_fenced))
 
-    if state is TxnState.ONGOING:
-        version = min(txn_version, shard.config.transaction_version)
+    if state is TxnState.ONGOING or empty_abort:
         new = dataclasses.replace(meta, state=transition_to(state, _PREPARE[commit]),
                                   last_update_ms=now, client_txn_version=version)
+        if empty_abort:
+            new = dataclasses.replace(new, partitions=frozenset(), txn_start_ms=now,
+                                      prepare_offset=-1)
         if version >= 2:
             next_pid = NO_PRODUCER_ID
             if is_epoch_exhausted(meta.producer_epoch):

@@ -49,6 +49,11 @@ class TxnState(enum.Enum):
         return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 
     @property
+    def is_idle(self) -> bool:
+        """No transaction open: Empty, CompleteCommit or CompleteAbort."""
+        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+    @property
     def is_prepare(self) -> bool:
         return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
@@ -65,8 +70,9 @@ class TxnState(enum.Enum):
         "Empty",
         """No transaction. InitProducerId: bumps the epoch (a new producer id once the
         epoch is exhausted); stays Empty. AddPartitions/AddOffsets: starts a
-        transaction (Ongoing, start time = now). EndTxn: INVALID_TXN_STATE. Expires
-        after transactional.id.expiration.ms without updates.""",
+        transaction (Ongoing, start time = now). EndTxn: INVALID_TXN_STATE, but an abort
+        from a version-2 client (EndTxn v5+) -> PrepareAbort with no partitions, epoch
+        bumped (KIP-890). Expires after transactional.id.expiration.ms without updates.""",
     )
     ONGOING = (
         1,
@@ -100,14 +106,14 @@ class TxnState(enum.Enum):
         "CompleteCommit",
         """The last transaction committed. InitProducerId: as Empty. AddPartitions/
         AddOffsets: a new transaction (Ongoing). EndTxn: commit (a retry) -> NONE,
-        abort -> INVALID_TXN_STATE. Expires like Empty.""",
+        abort -> INVALID_TXN_STATE (version 2: as from Empty). Expires like Empty.""",
     )
     COMPLETE_ABORT = (
         5,
         "CompleteAbort",
         """The last transaction aborted. InitProducerId: as Empty. AddPartitions/
-        AddOffsets: a new transaction (Ongoing). EndTxn: abort (a retry) -> NONE,
-        commit -> INVALID_TXN_STATE. Expires like Empty.""",
+        AddOffsets: a new transaction (Ongoing). EndTxn: abort (a retry) -> NONE, a new
+        version-2 abort as from Empty, commit -> INVALID_TXN_STATE. Expires like Empty.""",
     )
     DEAD = (
         6,
@@ -143,7 +149,7 @@ PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
     _E: frozenset({_E, _CC, _CA}),
     _O: frozenset({_O, _E, _CC, _CA}),
     _PC: frozenset({_O}),
-    _PA: frozenset({_O, _F}),
+    _PA: frozenset({_O, _F, _E, _CC, _CA}),  # from idle: a version-2 abort (KIP-890)
     _CC: frozenset({_PC}),
     _CA: frozenset({_PA}),
     _D: frozenset({_E, _CC, _CA}),
