@@ -99,9 +99,11 @@ def _refused(bootstrap: str, conf: dict[str, Any]) -> str:
 
 
 def test_ssl_with_client_certificate(sb: SecureBroker, pki: Pki) -> None:
+    # the mapping rule makes alice@eng of CN=alice,OU=eng,O=Acme: the rules themselves are
+    # tested in tests/unit/protocol/test_sasl.py (test_principal_mapping_rules); the
+    # broker does not log a connection's principal (a certificate-principal ACL test is
+    # still to write)
     _roundtrip(sb.bootstrap("SSL"), {"security.protocol": "SSL", **_ssl(pki)})
-    # the mapping rule made alice@eng of CN=alice,OU=eng,O=Acme
-    assert any("User:alice@eng" in line for line in sb.broker.log_lines) or True
 
 
 def test_ssl_without_client_certificate(sb: SecureBroker, pki: Pki) -> None:
