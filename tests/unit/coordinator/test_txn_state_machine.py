@@ -3,7 +3,8 @@ KIP-360 retries, KIP-890 version-2 ends — through InitProducerId, AddPartition
 EndTxn, marker jobs (delayed, lost and released, completed late), time passing
 (timeouts, expiry) and coordinator restarts, checking after every step:
 
-- one transaction per id: Empty holds no partitions, Ongoing/Prepare* hold some, and
+- one transaction per id: Empty holds no partitions, Ongoing/Prepare* hold some (but a
+  version-2 abort with no transaction open, which prepares an abort of nothing), and
   the prepared index is exactly the ids in Prepare* with their record's offset;
 - markers only after a durable Prepare record, with the Prepare's epoch and outcome —
   the outcome the client was told (EndTxn NONE) or an abort the coordinator decided;
@@ -118,7 +119,7 @@ class TxnMachine(RuleBasedStateMachine):
             assert job.commit == (m.state is TxnState.PREPARE_COMMIT)
             told = self.told.get((job.transactional_id, job.prepare_offset))
             assert told is None or told == job.commit  # else an abort we decided
-            assert job.partitions and job.partitions == m.partitions
+            assert job.partitions == m.partitions and (job.partitions or not job.commit)
         self.jobs += jobs
 
     @rule(data=st.data())
@@ -156,7 +157,8 @@ class TxnMachine(RuleBasedStateMachine):
             if m.state is TxnState.EMPTY:
                 assert not m.partitions and m.txn_start_ms == -1
             if m.state is TxnState.ONGOING or m.state.is_prepare:
-                assert m.partitions and m.txn_start_ms > 0
+                empty_abort = m.state is TxnState.PREPARE_ABORT and m.client_txn_version >= 2
+                assert (m.partitions or empty_abort) and m.txn_start_ms > 0
             assert m.state not in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE)
         assert shard.prepared == {i: m.prepare_offset for i, m in shard.txns.items()
                                   if m.state.is_prepare}
