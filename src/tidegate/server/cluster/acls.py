@@ -48,17 +48,20 @@ from tidegate.common.acl import (
 from tidegate.common.acl_json import decode_zk_acls, encode_zk_acls
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.replication.zk_ops import Create, Delete, SetData, ZkOp
+from tidegate.server.cluster.config_changes import (
+    ATTEMPTS,
+    CHANGE_EXPIRATION_MS,
+    WatchLoop,
+    classify,
+)
 from tidegate.server.cluster.errors import (
     BadVersionError,
-    ConnectionLossError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
-    SessionExpiredError,
-    ZkClosedError,
     ZkError,
 )
-from tidegate.server.cluster.zk import SessionEvent, SessionState, WatchEvent, ZkClient
+from tidegate.server.cluster.zk import ZkClient
 
 __all__ = ["ZkAclStore", "acl_path", "change_data", "parse_change"]
 
@@ -69,10 +72,8 @@ PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
 LITERAL_CHANGES = "/kafka-acl-changes"
 EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 CHANGE_PREFIX = "acl_changes_"
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
-_ATTEMPTS = 20
 _TIMEOUT_S = 30.0
-_RESYNC = object()
+_LOADED = object()  # queued by start(): the first pass skips what it loaded
 _TYPES = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
           ResourceType.TRANSACTIONAL_ID, ResourceType.DELEGATION_TOKEN, ResourceType.USER)
 
@@ -118,16 +119,17 @@ def _sequence(child: str) -> int | None:
         return None
 
 
-class ZkAclStore:
+class ZkAclStore(WatchLoop):
     """The AclStore of cluster mode (server/acl_store.py's interface)."""
 
+    what = "ACLs"
+    task_name = "acl-watcher"
+
     def __init__(self, zk: ZkClient, authorizer: Authorizer) -> None:
-        self.zk = zk
+        super().__init__(zk)
         self.authorizer = authorizer
-        self._events: asyncio.Queue[object] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
         self._last_seen: dict[str, int] = {LITERAL_CHANGES: -1, EXTENDED_CHANGES: -1}
-        self._said: set[object] = set()
+        self._first = True  # the first pass only notes where the notifications end
         self._apply_lock = asyncio.Lock()  # one re-read at a time: no older read wins
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -137,16 +139,8 @@ class ZkAclStore:
             await self.zk.ensure_path(path)
         await self._load_all()  # before the listener serves: no request sees no ACLs
         self.zk.subscribe(self._events)
-        self._task = asyncio.create_task(self._run(), name="acl-watcher")
-        self._events.put_nowait("changes")  # set the watches and skip what we loaded
-
-    async def stop(self) -> None:
-        self.zk.unsubscribe(self._events)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._task = asyncio.create_task(self._run(), name=self.task_name)
+        self._events.put_nowait(_LOADED)  # set the watches and skip what we loaded
 
     # -- writing ------------------------------------------------------------------------
 
@@ -177,7 +171,7 @@ class ZkAclStore:
         parent = path.rsplit("/", 1)[0]
         await self.zk.ensure_path(parent)
         directory, note = change_data(pattern)
-        for _ in range(_ATTEMPTS):
+        for _ in range(ATTEMPTS):
             got = await self.zk.get_or_none(path)
             current = self._decode(path, got[0]) if got is not None else set()
             new = current | entries if add else current - entries
@@ -210,9 +204,7 @@ class ZkAclStore:
         try:
             return decode_zk_acls(data)
         except (ValueError, KeyError, TypeError) as e:
-            if (path, data) not in self._said:
-                self._said.add((path, data))
-                log.warning("%s: cannot read its ACLs (%s); treating it as none", path, e)
+            self.say_once((path, data), f"{path}: cannot read its ACLs ({e}); treating it as none")
             return set()
 
     def _replace(self, pattern: ResourcePattern, entries: set[AccessControlEntry]) -> None:
@@ -245,31 +237,15 @@ class ZkAclStore:
 
     # -- the watcher --------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        first = True
-        while True:
-            batch = [await self._events.get()]
-            while not self._events.empty():
-                batch.append(self._events.get_nowait())
-            resync = any(e is _RESYNC or (isinstance(e, SessionEvent)
-                                          and e.state is SessionState.CONNECTED) for e in batch)
-            changed = any(e == "changes" or (isinstance(e, WatchEvent) and e.kind != "none")
-                          for e in batch)
-            if not (resync or changed):
-                continue
-            try:
-                async with self._apply_lock:
-                    if resync:
-                        await self._load_all()
-                    await self._pass(skip=first)
-                first = False
-            except (ConnectionLossError, SessionExpiredError):
-                log.info("ACLs: ZooKeeper unavailable; re-reading them when it is back")
-            except ZkClosedError:
-                return
-            except Exception:
-                log.exception("ACLs: update failed; re-reading them all soon")
-                asyncio.get_running_loop().call_later(1.0, self._events.put_nowait, _RESYNC)
+    async def handle(self, batch: list[object]) -> None:
+        resync, changed = classify(batch)
+        if not (resync or changed or _LOADED in batch):
+            return
+        async with self._apply_lock:
+            if resync:
+                await self._load_all()
+            await self._pass(skip=self._first)
+        self._first = False
 
     async def _pass(self, *, skip: bool) -> None:
         """Apply the notifications not seen yet (`skip`: only note where they end, after

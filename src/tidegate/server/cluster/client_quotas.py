@@ -27,31 +27,16 @@ is skipped, logged once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import urllib.parse
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 from tidegate.common.errors import ErrorCode, KafkaError
-from tidegate.replication.zk_ops import Create, SetData, ZkOp
-from tidegate.replication.znodes import CONFIG_CHANGE_PREFIX, CONFIG_CHANGES, MalformedZnodeError
-from tidegate.replication.znodes_admin import (
-    config_change_sequence,
-    decode_config_change,
-    decode_entity_config,
-    encode_config_change,
-    encode_entity_config,
-)
-from tidegate.server.cluster.errors import (
-    BadVersionError,
-    ConnectionLossError,
-    NodeExistsError,
-    NoNodeError,
-    SessionExpiredError,
-    ZkClosedError,
-    ZkError,
-)
-from tidegate.server.cluster.zk import SessionEvent, SessionState, WatchEvent, ZkClient
+from tidegate.replication.znodes import MalformedZnodeError
+from tidegate.replication.znodes_admin import decode_entity_config
+from tidegate.server.cluster.config_changes import ConfigChangeWatcher, alter_entity_config
+from tidegate.server.cluster.errors import NoNodeError, ZkError
+from tidegate.server.cluster.zk import ZkClient
 from tidegate.server.quotas.entities import CLIENT_ID, QUOTA_KEYS, USER, Entity, make_entity
 from tidegate.server.quotas.manager import QuotaManager, Quotas
 from tidegate.server.quotas.store import Change
@@ -61,9 +46,7 @@ __all__ = ["ZkQuotaStore", "entity_znode", "sanitize"]
 log = logging.getLogger(__name__)
 
 DEFAULT = "<default>"
-_ATTEMPTS = 20
 _TIMEOUT_S = 30.0
-_RESYNC = object()
 
 
 def sanitize(name: str) -> str:
@@ -112,18 +95,16 @@ def _format(key: str, value: float) -> str:
     return str(int(value)) if QUOTA_KEYS[key] else repr(float(value))
 
 
-class ZkQuotaStore:
+class ZkQuotaStore(ConfigChangeWatcher):
     """The cluster's quota store and this broker's watcher of it (module docstring)."""
 
+    what = "client quotas"
+    task_name = "client-quota-watcher"
+
     def __init__(self, zk: ZkClient, manager: QuotaManager) -> None:
-        self.zk = zk
+        super().__init__(zk)
         self.manager = manager
-        self.last_seen = -1
-        self._lock = asyncio.Lock()
-        self._events: asyncio.Queue[object] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self._said: set[Hashable] = set()
-        self.synced = asyncio.Event()
+        self._lock = asyncio.Lock()  # one alter or re-read at a time: no older read wins
 
     # -- writing ----------------------------------------------------------------------
 
@@ -142,45 +123,16 @@ class ZkQuotaStore:
 
     async def _alter_one(self, entity: Entity, ops: Sequence[tuple[str, float, bool]]) -> None:
         rel = entity_znode(entity)
-        path = f"/config/{rel}"
-        for _ in range(_ATTEMPTS):
-            got = await self.zk.get_or_none(path)
-            current: dict[str, str] = {}
-            if got is not None:
-                with contextlib.suppress(MalformedZnodeError):  # overwritten by a good one
-                    current = decode_entity_config(got[0], path)
-            quotas = self._quotas_of(current, path)
-            new = QuotaManager.altered(quotas, ops)
-            keep = {k: v for k, v in current.items() if k not in QUOTA_KEYS}
-            data = encode_entity_config({**keep, **{k: _format(k, v) for k, v in new.items()}})
-            writes: list[ZkOp] = []
-            if got is None:
-                writes += [Create(p) for p in await self._missing_parents(rel)]
-                writes.append(Create(path, data))
-            else:
-                writes.append(SetData(path, data, got[1].version))
-            writes.append(Create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
-                                 encode_config_change(rel), sequence=True))
-            try:
-                await self.zk.transaction(writes)
-            except (BadVersionError, NodeExistsError, NoNodeError) as e:
-                if (e.path or "").startswith(CONFIG_CHANGES):
-                    raise  # /config/changes itself is missing: not a race
-                log.info("client quotas of %s changed concurrently; re-reading", rel)
-                continue
-            self.manager.set_entity(entity, new)
-            return
-        raise KafkaError(f"the client quotas of {rel} kept changing concurrently; retry",
-                         code=ErrorCode.request_timed_out)
+        new: dict[str, float] = {}
 
-    async def _missing_parents(self, rel: str) -> list[str]:
-        seg = rel.split("/")
-        out = []
-        for i in range(2, len(seg), 1):  # /config/users/<u>, /config/users/<u>/clients
-            parent = "/config/" + "/".join(seg[:i])
-            if await self.zk.exists(parent) is None:
-                out.append(parent)
-        return out
+        def change(current: dict[str, str]) -> dict[str, str]:
+            nonlocal new
+            new = QuotaManager.altered(self._quotas_of(current, f"/config/{rel}"), ops)
+            keep = {k: v for k, v in current.items() if k not in QUOTA_KEYS}
+            return {**keep, **{k: _format(k, v) for k, v in new.items()}}
+
+        await alter_entity_config(self.zk, rel, change, what=f"the client quotas of {rel}")
+        self.manager.set_entity(entity, new)
 
     def _quotas_of(self, config: dict[str, str], path: str) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -190,79 +142,26 @@ class ZkQuotaStore:
             try:
                 out[key] = float(value)
             except ValueError:
-                self._say_once((path, key, value),
-                               f"{path}: ignoring {key}={value!r} (not a number)")
+                self.say_once((path, key, value),
+                              f"{path}: ignoring {key}={value!r} (not a number)")
         return out
-
-    def _say_once(self, key: Hashable, msg: str) -> None:
-        if key not in self._said:
-            self._said.add(key)
-            log.warning("%s", msg)
 
     # -- applying ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        self.zk.subscribe(self._events)
-        self._events.put_nowait(_RESYNC)
-        self._task = asyncio.create_task(self._run(), name="client-quota-watcher")
+    async def changes_pass(self, resync: bool) -> None:
+        async with self._lock:
+            await super().changes_pass(resync)
 
-    async def stop(self) -> None:
-        self.zk.unsubscribe(self._events)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+    async def reload_all(self) -> None:
+        self.manager.replace(await self._read_all())
 
-    async def _run(self) -> None:
-        while True:
-            batch = [await self._events.get()]
-            while not self._events.empty():
-                batch.append(self._events.get_nowait())
-            resync = any(e is _RESYNC or (isinstance(e, SessionEvent)
-                                          and e.state is SessionState.CONNECTED) for e in batch)
-            changed = any(isinstance(e, WatchEvent) and e.kind != "none" for e in batch)
-            if not (resync or changed):
-                continue
-            try:
-                async with self._lock:
-                    await self._pass(resync)
-                self.synced.set()
-            except (ConnectionLossError, SessionExpiredError):
-                log.info("client quotas: ZooKeeper unavailable; re-reading when it is back")
-            except ZkClosedError:
-                return
-            except Exception:
-                log.exception("client quotas: update failed; re-reading everything soon")
-                asyncio.get_running_loop().call_later(1.0, self._events.put_nowait, _RESYNC)
-
-    async def _pass(self, resync: bool) -> None:
-        children = await self.zk.get_children(CONFIG_CHANGES,
-                                              self.zk.watch(self._events, "quota-changes"))
-        seqs = sorted((s, c) for c in children if (s := config_change_sequence(c)) is not None)
-        newest = seqs[-1][0] if seqs else self.last_seen
-        if resync:
-            self.manager.replace(await self._read_all())
-        else:
-            for seq, child in seqs:
-                if seq <= self.last_seen:
-                    continue
-                entity = await self._notified(child)
-                if entity is not None:
-                    self.manager.set_entity(entity, await self._read(entity))
-                    log.info("client quotas of %s now %s (from ZooKeeper)",
-                             entity_znode(entity), self.manager.quotas.get(entity) or "none")
-        self.last_seen = max(self.last_seen, newest)
-
-    async def _notified(self, child: str) -> Entity | None:
-        try:
-            data, _ = await self.zk.get(f"{CONFIG_CHANGES}/{child}")
-            return _entity_of(decode_config_change(data))
-        except NoNodeError:
-            return None  # purged meanwhile
-        except MalformedZnodeError as e:
-            self._say_once(("notification", child), f"{CONFIG_CHANGES}/{child}: {e}")
-            return None
+    async def apply_changes(self, entity_paths: Sequence[str]) -> None:
+        for rel in entity_paths:
+            entity = _entity_of(rel)
+            if entity is not None:
+                self.manager.set_entity(entity, await self._read(entity))
+                log.info("client quotas of %s now %s (from ZooKeeper)",
+                         entity_znode(entity), self.manager.quotas.get(entity) or "none")
 
     async def _read(self, entity: Entity) -> dict[str, float]:
         path = f"/config/{entity_znode(entity)}"
@@ -272,7 +171,7 @@ class ZkQuotaStore:
         try:
             return self._quotas_of(decode_entity_config(got[0], path), path)
         except MalformedZnodeError as e:
-            self._say_once(("config", path, got[1].mzxid), f"{e}; ignoring it")
+            self.say_once(("config", path, got[1].mzxid), f"{e}; ignoring it")
             return {}
 
     async def _children(self, path: str) -> list[str]:

@@ -21,7 +21,6 @@ acted on (a stale read after a newer one is ignored).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -37,11 +36,7 @@ from tidegate.replication.znodes import (
     TopicPartition,
     partition_state_path,
 )
-from tidegate.server.cluster.errors import (
-    ConnectionLossError,
-    SessionExpiredError,
-    ZkClosedError,
-)
+from tidegate.server.cluster.config_changes import RESYNC, WatchLoop
 from tidegate.server.cluster.reads import ClusterReader
 from tidegate.server.cluster.zk import SessionEvent, SessionState, Watch, WatchEvent, ZkClient
 from tidegate.server.metadata_view import BrokerEndpoint, PartitionView, TopicView
@@ -49,8 +44,6 @@ from tidegate.server.metadata_view import BrokerEndpoint, PartitionView, TopicVi
 __all__ = ["ClusterMetadata", "MetadataWatcher", "PartitionChange"]
 
 log = logging.getLogger(__name__)
-
-_RESYNC = object()
 
 
 class PartitionChange:
@@ -173,8 +166,11 @@ class ClusterMetadata:
         return True
 
 
-class MetadataWatcher:
+class MetadataWatcher(WatchLoop):
     """Keeps a `ClusterMetadata` current from ZooKeeper watches (one task)."""
+
+    what = "metadata"
+    task_name = "metadata-watcher"
 
     def __init__(
         self,
@@ -182,51 +178,20 @@ class MetadataWatcher:
         metadata: ClusterMetadata,
         on_partitions: Callable[[list[PartitionChange]], Awaitable[None]],
     ) -> None:
-        self.zk = zk
+        super().__init__(zk)
         self.md = metadata
         self.reads = ClusterReader(zk)
         self.on_partitions = on_partitions
-        self._events: asyncio.Queue[object] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self.synced = asyncio.Event()  # set after the first full read
-
-    async def start(self) -> None:
-        self.zk.subscribe(self._events)
-        self._events.put_nowait(_RESYNC)
-        self._task = asyncio.create_task(self._run(), name="metadata-watcher")
-
-    async def stop(self) -> None:
-        self.zk.unsubscribe(self._events)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     def _watch(self, tag: Hashable) -> Watch:
         return self.zk.watch(self._events, tag)
 
-    async def _run(self) -> None:
-        while True:
-            batch = [await self._events.get()]
-            while not self._events.empty():
-                batch.append(self._events.get_nowait())
-            try:
-                await self._handle(batch)
-            except (ConnectionLossError, SessionExpiredError):
-                log.info("metadata: ZooKeeper unavailable; re-reading when it is back")
-            except ZkClosedError:
-                return
-            except Exception:
-                log.exception("metadata: update failed; re-reading everything soon")
-                asyncio.get_running_loop().call_later(1.0, self._events.put_nowait, _RESYNC)
-
-    async def _handle(self, batch: list[object]) -> None:
+    async def handle(self, batch: list[object]) -> None:
         resync = controller = brokers = topics = False
         topic_names: set[str] = set()
         states: set[TopicPartition] = set()
         for event in batch:
-            if event is _RESYNC:
+            if event is RESYNC:
                 resync = True
             elif isinstance(event, SessionEvent):
                 if event.state is SessionState.CONNECTED:

@@ -24,53 +24,34 @@ watcher's job (topic_configs.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Hashable
+from collections.abc import Sequence
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.scram import MECHANISMS, ScramCredential
-from tidegate.replication.zk_ops import Create, SetData, ZkOp
-from tidegate.replication.znodes import CONFIG_CHANGE_PREFIX, CONFIG_CHANGES, MalformedZnodeError
-from tidegate.replication.znodes_admin import (
-    config_change_sequence,
-    decode_config_change,
-    decode_entity_config,
-    encode_config_change,
-    encode_entity_config,
-)
+from tidegate.replication.znodes import MalformedZnodeError
+from tidegate.replication.znodes_admin import decode_entity_config
 from tidegate.server.cluster.client_quotas import desanitize, sanitize
-from tidegate.server.cluster.errors import (
-    BadVersionError,
-    ConnectionLossError,
-    NodeExistsError,
-    NoNodeError,
-    SessionExpiredError,
-    ZkClosedError,
-    ZkError,
-)
-from tidegate.server.cluster.zk import SessionEvent, SessionState, WatchEvent, ZkClient
+from tidegate.server.cluster.config_changes import ConfigChangeWatcher, alter_entity_config
+from tidegate.server.cluster.errors import NoNodeError, ZkError
+from tidegate.server.cluster.zk import ZkClient
 
 log = logging.getLogger(__name__)
 
-_ATTEMPTS = 20
 _TIMEOUT_S = 30.0
-_RESYNC = object()
 Users = dict[str, dict[str, ScramCredential]]
 
 
-class ZkScramStore:
+class ZkScramStore(ConfigChangeWatcher):
     """The ScramUsers of cluster mode (server/scram_store.py's interface)."""
 
+    what = "SCRAM users"
+    task_name = "scram-user-watcher"
+
     def __init__(self, zk: ZkClient) -> None:
-        self.zk = zk
+        super().__init__(zk)
         self.users: Users = {}
-        self.last_seen = -1
-        self._lock = asyncio.Lock()
-        self._events: asyncio.Queue[object] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self._said: set[Hashable] = set()
-        self.synced = asyncio.Event()
+        self._lock = asyncio.Lock()  # one alter or re-read at a time: no older read wins
 
     def lookup(self, mechanism: str, user: str) -> ScramCredential | None:
         return self.users.get(user, {}).get(mechanism)
@@ -101,39 +82,19 @@ class ZkScramStore:
 
     async def _alter_one(self, user: str, changes: dict[str, ScramCredential | None]) -> None:
         rel = f"users/{sanitize(user)}"
-        path = f"/config/{rel}"
-        for _ in range(_ATTEMPTS):
-            got = await self.zk.get_or_none(path)
-            current: dict[str, str] = {}
-            if got is not None:
-                with contextlib.suppress(MalformedZnodeError):  # overwritten by a good one
-                    current = decode_entity_config(got[0], path)
+
+        def change(current: dict[str, str]) -> dict[str, str]:
             new = dict(current)  # quota keys (and anything else) kept as they are
             for mech, cred in changes.items():
                 if cred is None:
                     new.pop(mech, None)
                 else:
                     new[mech] = cred.to_kafka()
-            writes: list[ZkOp] = []
-            if got is None:
-                if await self.zk.exists("/config/users") is None:
-                    writes.append(Create("/config/users"))
-                writes.append(Create(path, encode_entity_config(new)))
-            else:
-                writes.append(SetData(path, encode_entity_config(new), got[1].version))
-            writes.append(Create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
-                                 encode_config_change(rel), sequence=True))
-            try:
-                await self.zk.transaction(writes)
-            except (BadVersionError, NodeExistsError, NoNodeError) as e:
-                if (e.path or "").startswith(CONFIG_CHANGES):
-                    raise  # /config/changes itself is missing: not a race
-                log.info("SCRAM credentials of %s changed concurrently; re-reading", user)
-                continue
-            self._set(user, self._credentials(new, path))
-            return
-        raise KafkaError(f"the SCRAM credentials of {user} kept changing concurrently; retry",
-                         code=ErrorCode.request_timed_out)
+            return new
+
+        new = await alter_entity_config(self.zk, rel, change,
+                                        what=f"the SCRAM credentials of {user}")
+        self._set(user, self._credentials(new, f"/config/{rel}"))
 
     def _set(self, user: str, creds: dict[str, ScramCredential]) -> None:
         if creds:
@@ -150,85 +111,36 @@ class ZkScramStore:
             try:
                 out[mech] = ScramCredential.from_kafka(text)
             except ValueError as e:
-                key = (path, mech, text)
-                if key not in self._said:
-                    self._said.add(key)
-                    log.warning("%s: ignoring its %s credential: %s", path, mech, e)
+                self.say_once((path, mech, text), f"{path}: ignoring its {mech} credential: {e}")
         return out
 
     # -- applying ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        self.zk.subscribe(self._events)
-        self._events.put_nowait(_RESYNC)
-        self._task = asyncio.create_task(self._run(), name="scram-user-watcher")
+    async def changes_pass(self, resync: bool) -> None:
+        async with self._lock:
+            await super().changes_pass(resync)
 
-    async def stop(self) -> None:
-        self.zk.unsubscribe(self._events)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            batch = [await self._events.get()]
-            while not self._events.empty():
-                batch.append(self._events.get_nowait())
-            resync = any(e is _RESYNC or (isinstance(e, SessionEvent)
-                                          and e.state is SessionState.CONNECTED) for e in batch)
-            changed = any(isinstance(e, WatchEvent) and e.kind != "none" for e in batch)
-            if not (resync or changed):
-                continue
-            try:
-                async with self._lock:
-                    await self._pass(resync)
-                self.synced.set()
-            except (ConnectionLossError, SessionExpiredError):
-                log.info("SCRAM users: ZooKeeper unavailable; re-reading when it is back")
-            except ZkClosedError:
-                return
-            except Exception:
-                log.exception("SCRAM users: update failed; re-reading everything soon")
-                asyncio.get_running_loop().call_later(1.0, self._events.put_nowait, _RESYNC)
-
-    async def _pass(self, resync: bool) -> None:
-        children = await self.zk.get_children(CONFIG_CHANGES,
-                                              self.zk.watch(self._events, "scram-changes"))
-        seqs = sorted((s, c) for c in children if (s := config_change_sequence(c)) is not None)
-        newest = seqs[-1][0] if seqs else self.last_seen
-        if resync:
-            users: Users = {}
-            try:
-                names = await self.zk.get_children("/config/users")
-            except NoNodeError:
-                names = []
-            for segment in names:
-                creds = await self._read(segment)
-                if creds:
-                    users[desanitize(segment)] = creds
-            self.users = users
-        else:
-            for seq, child in seqs:
-                if seq <= self.last_seen:
-                    continue
-                named = await self._notified(child)
-                if named is not None:
-                    user = desanitize(named)
-                    self._set(user, await self._read(named))
-                    log.info("SCRAM credentials of %s now %s (from ZooKeeper)", user,
-                             sorted(self.users.get(user, {})) or "none")
-        self.last_seen = max(self.last_seen, newest)
-
-    async def _notified(self, child: str) -> str | None:
-        """The user segment a notification names, or None (not `users/<user>`)."""
+    async def reload_all(self) -> None:
+        users: Users = {}
         try:
-            data, _ = await self.zk.get(f"{CONFIG_CHANGES}/{child}")
-            seg = decode_config_change(data).split("/")
-        except (NoNodeError, MalformedZnodeError):
-            return None  # purged meanwhile, or not ours to judge (the quota store logs it)
-        return seg[1] if len(seg) == 2 and seg[0] == "users" else None
+            names = await self.zk.get_children("/config/users")
+        except NoNodeError:
+            names = []
+        for segment in names:
+            creds = await self._read(segment)
+            if creds:
+                users[desanitize(segment)] = creds
+        self.users = users
+
+    async def apply_changes(self, entity_paths: Sequence[str]) -> None:
+        for rel in entity_paths:
+            seg = rel.split("/")
+            if len(seg) != 2 or seg[0] != "users":
+                continue  # not a user's config (or a user's client quota)
+            user = desanitize(seg[1])
+            self._set(user, await self._read(seg[1]))
+            log.info("SCRAM credentials of %s now %s (from ZooKeeper)", user,
+                     sorted(self.users.get(user, {})) or "none")
 
     async def _read(self, segment: str) -> dict[str, ScramCredential]:
         path = f"/config/users/{segment}"
@@ -238,8 +150,5 @@ class ZkScramStore:
         try:
             return self._credentials(decode_entity_config(got[0], path), path)
         except MalformedZnodeError as e:
-            key = ("config", path, got[1].mzxid)
-            if key not in self._said:
-                self._said.add(key)
-                log.warning("%s; ignoring it", e)
+            self.say_once(("config", path, got[1].mzxid), f"{e}; ignoring it")
             return {}

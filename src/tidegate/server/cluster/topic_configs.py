@@ -30,37 +30,20 @@ every broker answers the same at once, whatever it has applied so far.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from tidegate.common.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
-from tidegate.replication.zk_ops import Check, Create, SetData, ZkOp
-from tidegate.replication.znodes import (
-    CONFIG_CHANGE_PREFIX,
-    CONFIG_CHANGES,
-    MalformedZnodeError,
-    topic_config_path,
-    topic_path,
+from tidegate.replication.zk_ops import Check, ZkOp
+from tidegate.replication.znodes import MalformedZnodeError, topic_config_path, topic_path
+from tidegate.replication.znodes_admin import decode_entity_config
+from tidegate.server.cluster.config_changes import (
+    CHANGE_EXPIRATION_MS,
+    ConfigChangeWatcher,
+    alter_entity_config,
 )
-from tidegate.replication.znodes_admin import (
-    config_change_sequence,
-    decode_config_change,
-    decode_entity_config,
-    encode_config_change,
-    encode_entity_config,
-)
-from tidegate.server.cluster.errors import (
-    BadVersionError,
-    ConnectionLossError,
-    NodeExistsError,
-    NoNodeError,
-    SessionExpiredError,
-    ZkClosedError,
-    ZkError,
-)
-from tidegate.server.cluster.zk import SessionEvent, SessionState, WatchEvent, ZkClient
+from tidegate.server.cluster.errors import ZkError
+from tidegate.server.cluster.zk import ZkClient
 from tidegate.storage.config import TOPIC_CONFIG_KEYS
 from tidegate.storage.log_manager import LogManager
 
@@ -74,13 +57,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Kafka's ZkConfigManager.changeExpirationMs: notifications older than this are purged.
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
-# Conditional writes lost to concurrent alters before giving up (each loss means another
-# broker's alter of the same topic succeeded: progress is made).
-_ATTEMPTS = 20
 _TIMEOUT_S = 30.0
-_RESYNC = object()
 
 Change = Callable[[dict[str, str]], dict[str, str]]
 
@@ -145,37 +122,16 @@ async def alter_topic_config_in_zk(
 
 
 async def _alter(zk: ZkClient, name: str, change: Change, validate_only: bool) -> dict[str, str]:
-    path = topic_config_path(name)
-    for _ in range(_ATTEMPTS):
+    async def topic_exists() -> list[ZkOp]:
         topic = await zk.exists(topic_path(name))
         if topic is None:
             raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
-        got = await zk.get_or_none(path)
-        current: dict[str, str] = {}
-        if got is not None:
-            with contextlib.suppress(MalformedZnodeError):  # overwritten by a good one
-                current = decode_entity_config(got[0], path)
-        new = change(dict(current))
-        if validate_only:
-            return new
-        data = encode_entity_config(new)
-        ops: list[ZkOp] = [
-            # the topic is still there (deleted meanwhile: no orphan config is created)
-            Check(topic_path(name), topic.version),
-            Create(path, data) if got is None else SetData(path, data, got[1].version),
-            Create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
-                   encode_config_change(f"topics/{name}"), sequence=True),
-        ]
-        try:
-            await zk.transaction(ops)
-        except (BadVersionError, NodeExistsError, NoNodeError) as e:
-            if e.path == CONFIG_CHANGES or (e.path or "").startswith(f"{CONFIG_CHANGES}/"):
-                raise  # /config/changes itself is missing: not a race
-            log.info("topic %s: configs changed concurrently; re-reading", name)
-            continue  # another alter won the race: re-apply ours on top of it
-        return new
-    raise KafkaError(f"the configs of topic {name} kept changing concurrently; retry",
-                     code=ErrorCode.request_timed_out)
+        # the topic is still there (deleted meanwhile: no orphan config is created)
+        return [Check(topic_path(name), topic.version)]
+
+    return await alter_entity_config(zk, f"topics/{name}", change,
+                                     what=f"the configs of topic {name}",
+                                     guard=topic_exists, validate_only=validate_only)
 
 
 def _unavailable(what: str, e: ZkError) -> KafkaError:
@@ -188,103 +144,35 @@ def _timed_out(what: str) -> KafkaError:
                       code=ErrorCode.request_timed_out)
 
 
-class TopicConfigWatcher:
-    """Applies ZooKeeper's topic configs to this broker's replicas (module docstring).
+class TopicConfigWatcher(ConfigChangeWatcher):
+    """Applies ZooKeeper's topic configs to this broker's replicas (module docstring),
+    and purges old notifications of every kind.
 
     `lock` is the one the broker holds while it opens or drops replicas
     (server/cluster/node.py): a replica opened meanwhile reads the config itself, and
     holding the lock while reading and applying keeps an older read from being applied
     after a newer one."""
 
+    what = "topic configs"
+    task_name = "topic-config-watcher"
+
     def __init__(self, zk: ZkClient, logs: LogManager, lock: asyncio.Lock, *,
                  expiration_ms: int = CHANGE_EXPIRATION_MS,
                  wall_clock_ms: Callable[[], int] | None = None) -> None:
-        self.zk = zk
+        super().__init__(zk, expiration_ms=expiration_ms, wall_clock_ms=wall_clock_ms)
         self.logs = logs
         self.lock = lock
-        self.expiration_ms = expiration_ms
-        # compared with the notifications' ctime, ZooKeeper's wall clock
-        self.wall_clock_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
-        self.last_seen = -1  # the newest notification handled
-        self._ctimes: dict[str, int] = {}
-        self._said: set[Hashable] = set()
-        self._events: asyncio.Queue[object] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self.synced = asyncio.Event()  # set after the first full pass
 
-    async def start(self) -> None:
-        self.zk.subscribe(self._events)
-        self._events.put_nowait(_RESYNC)
-        self._task = asyncio.create_task(self._run(), name="topic-config-watcher")
-
-    async def stop(self) -> None:
-        self.zk.unsubscribe(self._events)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    def _say_once(self, key: Hashable, msg: str) -> None:
-        if key not in self._said:
-            self._said.add(key)
-            log.warning("%s", msg)
-
-    async def _run(self) -> None:
-        while True:
-            batch = [await self._events.get()]
-            while not self._events.empty():
-                batch.append(self._events.get_nowait())
-            resync = any(e is _RESYNC or (isinstance(e, SessionEvent)
-                                          and e.state is SessionState.CONNECTED) for e in batch)
-            changed = any(isinstance(e, WatchEvent) and e.kind != "none" for e in batch)
-            if not (resync or changed):
-                continue
-            try:
-                await self._pass(resync)
-                self.synced.set()
-            except (ConnectionLossError, SessionExpiredError):
-                log.info("topic configs: ZooKeeper unavailable; re-reading when it is back")
-            except ZkClosedError:
-                return
-            except Exception:
-                log.exception("topic configs: update failed; re-reading everything soon")
-                asyncio.get_running_loop().call_later(1.0, self._events.put_nowait, _RESYNC)
-
-    async def _pass(self, resync: bool) -> None:
-        children = await self.zk.get_children(CONFIG_CHANGES,
-                                              self.zk.watch(self._events, "changes"))
-        seqs = sorted((s, c) for c in children if (s := config_change_sequence(c)) is not None)
-        topics: set[str] = set()
-        if resync:  # notifications may have been missed (or purged): re-read them all
-            async with self.lock:  # replicas are opened in a worker thread meanwhile
-                topics = set(self.logs.topics)
-        else:
-            for seq, child in seqs:
-                if seq > self.last_seen:
-                    entity = await self._entity(child)
-                    if entity is not None and entity.startswith("topics/"):
-                        topics.add(entity[len("topics/"):])
-        self._ctimes = {c: t for c, t in self._ctimes.items() if c in children}
-        if seqs:
-            self.last_seen = max(self.last_seen, seqs[-1][0])
+    async def reload_all(self) -> None:
+        async with self.lock:  # replicas are opened in a worker thread meanwhile
+            topics = set(self.logs.topics)
         for topic in sorted(topics):
             await self._apply(topic)
-        await self._purge([c for s, c in seqs if s <= self.last_seen])
 
-    async def _entity(self, child: str) -> str | None:
-        """The entity path a notification names (None: gone, or not one we read)."""
-        path = f"{CONFIG_CHANGES}/{child}"
-        try:
-            data, stat = await self.zk.get(path)
-        except NoNodeError:
-            return None  # purged meanwhile by another broker
-        self._ctimes[child] = stat.ctime_ms
-        try:
-            return decode_config_change(data)
-        except MalformedZnodeError as e:
-            self._say_once(("notification", child), f"{path}: {e}; ignoring it")
-            return None
+    async def apply_changes(self, entity_paths: Sequence[str]) -> None:
+        topics = {p[len("topics/"):] for p in entity_paths if p.startswith("topics/")}
+        for topic in sorted(topics):
+            await self._apply(topic)
 
     async def _apply(self, topic: str) -> None:
         """Re-read `topic`'s config and give it to the replicas held here, if any."""
@@ -298,9 +186,9 @@ class TopicConfigWatcher:
             try:
                 raw = decode_entity_config(got[0], path)
             except MalformedZnodeError as e:
-                self._say_once(("config", topic, got[1].mzxid), f"{e}; keeping the current configs")
+                self.say_once(("config", topic, got[1].mzxid), f"{e}; keeping the current configs")
                 return
-            configs = usable_topic_config(topic, raw, self._say_once)
+            configs = usable_topic_config(topic, raw, self.say_once)
             meta = self.logs.topics.get(topic)
             if meta is None or dict(meta.configs) == configs:
                 return
@@ -308,21 +196,3 @@ class TopicConfigWatcher:
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: self.logs.alter_topic_configs(topic, configs, incremental=False))
             log.info("topic %s: configs now %s (from ZooKeeper)", topic, configs)
-
-    async def _purge(self, handled: Iterable[str]) -> None:
-        """Delete notifications older than `expiration_ms` (every broker may: a broker
-        away longer re-reads every config when it reconnects)."""
-        now = self.wall_clock_ms()
-        for child in handled:
-            ctime = self._ctimes.get(child)
-            path = f"{CONFIG_CHANGES}/{child}"
-            if ctime is None:
-                stat = await self.zk.exists(path)
-                if stat is None:
-                    continue
-                ctime = self._ctimes[child] = stat.ctime_ms
-            if now - ctime < self.expiration_ms:
-                continue
-            with contextlib.suppress(NoNodeError):
-                await self.zk.delete(path)
-            self._ctimes.pop(child, None)
