@@ -31,8 +31,8 @@ _SHARE = "Share groups (KIP-932): not built"
 NOTES: dict[int, str] = {
     0: "Writes one record batch per partition (v3+ format only); acks 0/1/all, "
        "idempotent and transactional batches, KIP-890 verification, per-record errors.",
-    1: "Reads whole batches to the HW (LSO for read_committed) with long polling; no "
-       "fetch sessions (session id 0: every fetch is full); KIP-392 closest replica.",
+    1: "Reads whole batches to the HW (LSO for read_committed) with long polling; "
+       "KIP-227 fetch sessions (incremental fetches); KIP-392 closest replica.",
     2: "Offsets by timestamp and -1..-5 (latest, earliest, max timestamp, earliest local "
        "and tiered = earliest: no tiered storage).",
     3: "Brokers, topics, leaders, topic auto-creation, authorized operations; "

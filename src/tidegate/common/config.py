@@ -133,6 +133,12 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "log.cleaner.enable": ("true", "bool", "Run the log cleaner for compacted topics."),
     "log.cleaner.backoff.ms": ("15000", "int", "Sleep between cleaner passes."),
     "fetch.max.bytes": ("57671680", "int", "Largest fetch response."),
+    "max.incremental.fetch.session.cache.slots": (
+        "1000", "int",
+        "Fetch sessions (KIP-227) the broker keeps; 0 answers every fetch in full."),
+    "min.incremental.fetch.session.eviction.ms": (
+        "120000", "int",
+        "A fetch session unused for this long may be evicted for a new one."),
     "connections.max.idle.ms": ("600000", "int", "Close idle connections after this."),
     "queued.max.requests": ("500", "int", "In-flight requests per connection before reads pause."),
     # client quotas (server/quotas/): rates are measured over quota.window.num samples

@@ -23,6 +23,7 @@ from tidegate.coordinator.producer_ids import ProducerIdManager
 from tidegate.server.acl_store import AclStore, FileAclStore, authorizer_from_config
 from tidegate.server.cluster_admin import ClusterAdmin, EmbeddedClusterAdmin
 from tidegate.server.dynamic_config import activate_cluster_defaults
+from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.group_config import GroupConfigStore
 from tidegate.server.metadata_view import EmbeddedMetadata, MetadataView
 from tidegate.server.metrics.requests import RequestMetrics
@@ -95,6 +96,10 @@ class Broker:
         # by BrokerApp)
         self.cluster_admin: ClusterAdmin = EmbeddedClusterAdmin(self)
         self.group_commit = self.replicas.group_commit
+        # KIP-227 fetch sessions (server/fetch_session.py)
+        self.fetch_sessions = FetchSessionCache(
+            config.get_int("max.incremental.fetch.session.cache.slots", 1000) or 0,
+            config.get_int("min.incremental.fetch.session.eviction.ms", 120000) or 0)
         # request counters (server/metrics/requests.py): set by BrokerApp when the HTTP
         # listener is on; None costs the request path one attribute test
         self.request_metrics: RequestMetrics | None = None

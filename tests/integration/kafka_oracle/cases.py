@@ -87,6 +87,30 @@ def _fetch_view(r: Any) -> Any:
     return r
 
 
+def session_fetch(topic: str, epoch: int, offsets: dict[int, int],
+                  session: int | None = None, forget: tuple[int, ...] = ()) -> Step:
+    """A Fetch v12 in a fetch session (KIP-227): `session` None uses the id the case's
+    step 2 opened; the id itself differs by broker, so only whether one is open is
+    compared."""
+    def data(raw: list[Any]) -> dict[str, Any]:
+        sid = session if session is not None else int(raw[2].session_id) if epoch else 0
+        return {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": sid,
+                "session_epoch": epoch,
+                "topics": [{"topic": topic, "partitions": [
+                    {"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20,
+                     "current_leader_epoch": -1, "log_start_offset": -1}
+                    for p, o in offsets.items()]}] if offsets else [],
+                "forgotten_topics_data": (
+                    [{"topic": topic, "partitions": list(forget)}] if forget else []),
+                "rack_id": ""}
+
+    def view(r: Any) -> Any:
+        r["session_id"] = "open" if r["session_id"] else 0
+        return _fetch_view(r)
+    return Step(1, data, version=12, view=view)
+
+
 def metadata(*topics: str, auto_create: bool = False) -> Step:
     return Step(3, {"topics": [{"name": t} for t in topics],
                     "allow_auto_topic_creation": auto_create,
@@ -211,6 +235,17 @@ CASES: list[Case] = [
         create("oracle-fetch"), produce("oracle-fetch", batch(3)),
         fetch("oracle-fetch", 100), fetch("oracle-fetch", -5), fetch("oracle-fetch", 0, 9),
     ]),
+    Case("fetch_sessions", [
+        create("oracle-fs", partitions=2), produce("oracle-fs", batch(3)),
+        session_fetch("oracle-fs", 0, {0: 0, 1: 0}),  # opens a session, answered in full
+        session_fetch("oracle-fs", 1, {0: 3}),  # moved on, nothing new: empty answer
+        session_fetch("oracle-fs", 1, {}),  # a replayed epoch
+        session_fetch("oracle-fs", 1, {}, session=2**30),  # no such session
+        session_fetch("oracle-fs", 2, {}, forget=(1,)),
+        session_fetch("oracle-fs", 3, {0: 0}),  # back to 0: records again
+        session_fetch("oracle-fs", -1, {1: 0}),  # closes it; a full, sessionless answer
+        session_fetch("oracle-fs", 4, {}),  # closed
+    ], sample=True),
     Case("list_offsets_specials", [
         create("oracle-lo"), produce("oracle-lo", batch(3)),
         list_offsets("oracle-lo", -1), list_offsets("oracle-lo", -2),

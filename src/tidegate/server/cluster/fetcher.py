@@ -2,9 +2,13 @@
 
 One `ReplicaFetcher` task per leader broker this broker follows partitions of
 (`num.replica.fetchers` = 1 connection per leader). Each round sends one Fetch (v12,
-`replica_id` = this broker) for all its partitions, each at the follower's log end with
+`replica_id` = this broker) for its partitions, each at the follower's log end with
 its `current_leader_epoch` and `last_fetched_epoch`, and waits up to
-`replica.fetch.wait.max.ms` at the leader for new data. For each partition answered:
+`replica.fetch.wait.max.ms` at the leader for new data. The fetch is incremental
+(KIP-227, protocol/incremental_fetch.py): after the first round of a session it lists
+only the partitions whose position or epochs moved, and the leader answers only the
+partitions with records or a moved high watermark or log start, so a round costs what
+changed, not the number of partitions followed. For each partition answered:
 
 - records: appended with `Log.append_as_follower` (the leader's bytes, offsets and
   epochs kept; producer state and transactions rebuilt as the leader's), then made
@@ -36,6 +40,7 @@ from typing import Any
 
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import ErrorCode
+from tidegate.protocol.incremental_fetch import FetchSessionHandler
 from tidegate.protocol.messages import build, request_class
 from tidegate.replication.follower import (
     follower_high_watermark,
@@ -62,6 +67,7 @@ _RETRY_LATER = {
     ErrorCode.unknown_topic_id,
     ErrorCode.kafka_storage_error,
 }
+_SESSION_ERRORS = {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch}
 
 
 class ReplicaFetcherManager:
@@ -113,6 +119,7 @@ class ReplicaFetcher:
         self.max_bytes = cfg.get_int("replica.fetch.max.bytes", 1048576) or 1048576
         self.response_max = cfg.get_int("replica.fetch.response.max.bytes", 10485760) or 10485760
         self.backoff = (cfg.get_int("replica.fetch.backoff.ms", 1000) or 1000) / 1000
+        self.session: FetchSessionHandler[tuple[str, int]] = FetchSessionHandler()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
@@ -166,6 +173,7 @@ class ReplicaFetcher:
             raise InterBrokerError(f"broker {self.leader_id} is not registered")
         conn = self._conn
         if conn is None or (conn.host, conn.port) != ep:
+            self.session = FetchSessionHandler()  # another broker: no session there
             conn = self._conn = InterBrokerConnection(
                 ep[0], ep[1], f"broker-{self.m.node_id}-fetcher-{self.leader_id}")
         return conn
@@ -173,18 +181,29 @@ class ReplicaFetcher:
     async def _round(self, parts: list[Partition]) -> None:
         conn = self._connection()
         epochs = {p.tp: p.leader_epoch for p in parts}
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        wanted: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
         for p in parts:
             lg = p.log
             latest = lg.latest_epoch
-            by_topic.setdefault(p.topic, []).append({
-                "partition": p.index,
-                "current_leader_epoch": p.leader_epoch,
-                "fetch_offset": lg.log_end_offset,
-                "last_fetched_epoch": -1 if latest is None else latest,
-                "log_start_offset": lg.log_start_offset,
-                "partition_max_bytes": self.max_bytes,
+            wanted[p.tp] = (p.leader_epoch, lg.log_end_offset,
+                            -1 if latest is None else latest, lg.log_start_offset,
+                            self.max_bytes)
+        # KIP-227: after the first round only what changed is listed (and answered)
+        nxt = self.session.next_request(wanted)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp in nxt.send:
+            leader_epoch, fetch_offset, last_epoch, log_start, max_bytes = wanted[tp]
+            by_topic.setdefault(tp[0], []).append({
+                "partition": tp[1],
+                "current_leader_epoch": leader_epoch,
+                "fetch_offset": fetch_offset,
+                "last_fetched_epoch": last_epoch,
+                "log_start_offset": log_start,
+                "partition_max_bytes": max_bytes,
             })
+        forgotten: dict[str, list[int]] = {}
+        for tp in nxt.forgotten:
+            forgotten.setdefault(tp[0], []).append(tp[1])
         req = build(request_class(FETCH_KEY, FETCH_VERSION), {
             "cluster_id": None,
             "replica_id": self.m.node_id,
@@ -192,14 +211,24 @@ class ReplicaFetcher:
             "min_bytes": 1,
             "max_bytes": self.response_max,
             "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
+            "session_id": nxt.session_id,
+            "session_epoch": nxt.epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [],
+            "forgotten_topics_data": [{"topic": t, "partitions": ps}
+                                      for t, ps in forgotten.items()],
             "rack_id": "",
         })
-        resp = await conn.request(FETCH_KEY, FETCH_VERSION, req,
-                                  timeout=self.wait_ms / 1000 + 30)
+        try:
+            resp = await conn.request(FETCH_KEY, FETCH_VERSION, req,
+                                      timeout=self.wait_ms / 1000 + 30)
+        except BaseException:
+            self.session.on_failure()
+            raise
+        self.session.on_response(int(resp.error_code), int(resp.session_id))
+        if resp.error_code in _SESSION_ERRORS:
+            log.info("replica fetcher for leader %d: fetch session %d: %s; opening a new one",
+                     self.leader_id, nxt.session_id, ErrorCode(resp.error_code).name)
+            return
         if resp.error_code != ErrorCode.none:
             raise InterBrokerError(f"fetch failed: {ErrorCode(resp.error_code).name}")
         for topic in resp.responses:

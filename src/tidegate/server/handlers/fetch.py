@@ -6,9 +6,11 @@ whole batch so a consumer can make progress past a batch bigger than its limits.
 fewer than `min_bytes` are available the request waits up to `max_wait_ms` for the
 high watermark of any requested partition to move, then reads again.
 
-Fetch sessions (KIP-227): the broker answers session id 0, which tells clients that
-no session was created, so every fetch is a full fetch. All clients we test handle
-that, and it keeps no per-client state in the broker.
+Fetch sessions (KIP-227, server/fetch_session.py): a fetcher that asks for one (epoch
+0) gets a session id; its later fetches list only the partitions it adds, changes or
+forgets, and the answers carry only the partitions with records, an error, or a moved
+high watermark, last stable offset or log start. Fetchers that do not ask (session id 0,
+epoch -1: librdkafka, aiokafka) get full answers as before.
 
 Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere; KIP-320 checks of
 `current_leader_epoch`). A fetch from a follower broker (`replica_id` >= 0, in
@@ -36,7 +38,9 @@ as in Kafka. read_uncommitted reads up to the high watermark and gets no aborted
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Container
+from dataclasses import dataclass
 from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
@@ -47,7 +51,14 @@ from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
-from tidegate.server.handlers.common import ZERO_UUID, error_fields, resolve_topic
+from tidegate.server.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchSession,
+    PartitionKey,
+    PartitionState,
+)
+from tidegate.server.handlers.common import ZERO_UUID, error_fields
 from tidegate.server.partition import NO_EPOCH, Partition
 
 log = logging.getLogger(__name__)
@@ -62,116 +73,193 @@ def replica_id_of(req: Any) -> int:
     return int(view(req, "replica_id", -1))
 
 
-def _read_all(broker: Broker, req: Any, isolation: int, denied: Container[str] = ()
-              ) -> tuple[list[dict[str, Any]], int, bool]:
+@dataclass
+class _Plan:
+    """The partitions one Fetch reads, in answer order, and its session."""
+
+    parts: list[tuple[PartitionKey, PartitionState]]
+    session: FetchSession | None = None
+    incremental: bool = False
+
+
+def _requested(req: Any) -> list[tuple[PartitionKey, PartitionState]]:
+    out = []
+    for topic in req.topics:
+        name = str(getattr(topic, "topic", "") or "")
+        topic_id = getattr(topic, "topic_id", None)
+        key = name or str(topic_id)
+        for p in topic.partitions:
+            out.append(((key, int(p.partition)), PartitionState(
+                name, topic_id, int(p.partition), int(p.fetch_offset),
+                int(p.partition_max_bytes), int(view(p, "current_leader_epoch", NO_EPOCH)),
+                int(view(p, "last_fetched_epoch", -1)), int(view(p, "log_start_offset", -1)))))
+    return out
+
+
+def _forgotten(req: Any) -> list[PartitionKey]:
+    out: list[PartitionKey] = []
+    for topic in view(req, "forgotten_topics_data", ()) or ():
+        key = str(getattr(topic, "topic", "") or "") or str(getattr(topic, "topic_id", ""))
+        out.extend((key, int(p)) for p in topic.partitions)
+    return out
+
+
+def _plan(broker: Broker, req: Any, replica_id: int) -> _Plan:
+    """Which partitions this fetch reads, opening, continuing or closing its session
+    (the table in server/fetch_session.py); raises KafkaError for a session error."""
+    session_id = int(view(req, "session_id", 0) or 0)
+    epoch = int(view(req, "session_epoch", FINAL_EPOCH))
+    cache = broker.fetch_sessions
+    if epoch > INITIAL_EPOCH:
+        session = cache.get(session_id, epoch, broker.clock.now_ms())
+        session.apply(_requested(req), _forgotten(req))
+        return _Plan(list(session.partitions.items()), session, incremental=True)
+    if session_id:
+        cache.close(session_id)
+    requested = _requested(req)
+    if epoch == INITIAL_EPOCH:
+        opened = cache.open(replica_id >= 0, broker.clock.now_ms())
+        if opened is not None:
+            opened.apply(requested, ())
+            return _Plan(list(opened.partitions.items()), opened)
+    return _Plan(requested)
+
+
+def _resolve(broker: Broker, ps: PartitionState) -> tuple[str | None, uuid.UUID | None]:
+    if ps.topic:
+        tv = broker.metadata.topic(ps.topic)
+        return ps.topic, (tv.topic_id if tv else None)
+    if isinstance(ps.topic_id, uuid.UUID) and ps.topic_id != ZERO_UUID:
+        tv = broker.metadata.topic_by_id(ps.topic_id)
+        return (tv.name, tv.topic_id) if tv is not None else (None, ps.topic_id)
+    return None, None
+
+
+_Read = tuple[PartitionKey, str | None, uuid.UUID | None, dict[str, Any]]
+
+
+def _read_all(broker: Broker, req: Any, plan: _Plan, isolation: int,
+              denied: Container[str] = ()) -> tuple[list[_Read], int, bool]:
     # The broker's fetch.max.bytes caps what a client may ask for, as in Kafka.
     cap = broker.config.get_int("fetch.max.bytes", 57671680) or 57671680
     remaining = max(min(int(view(req, "max_bytes", 2**31 - 1)), cap), 0)
     total = 0
     any_error = False
-    topics_out: list[dict[str, Any]] = []
+    reads: list[_Read] = []
     first_data = True
     replica_id = replica_id_of(req)
     # KIP-392: consumers from Fetch v11 may read from a follower; with
     # replica.selector.class set, the leader points them to a replica in their rack
     from_follower_ok = replica_id < 0 and int(getattr(req, "__version__", 11) or 11) >= 11
     rack = str(view(req, "rack_id", "") or "") if broker.replica_selector else ""
-    for topic in req.topics:
-        name, topic_id = resolve_topic(broker, topic)
-        parts_out = []
-        for p in topic.partitions:
-            index = int(p.partition)
-            out: dict[str, Any] = {
-                "partition_index": index,
-                "error_code": ErrorCode.none,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                "aborted_transactions": [] if isolation == READ_COMMITTED else None,
-                "preferred_read_replica": -1,
-                "records": b"",
-            }
-            if name is None:
-                out["error_code"] = (
-                    ErrorCode.unknown_topic_id
-                    if topic_id is not None
-                    else ErrorCode.unknown_topic_or_partition
+    for key, p in plan.parts:
+        name, topic_id = _resolve(broker, p)
+        index = p.index
+        out: dict[str, Any] = {
+            "partition_index": index,
+            "error_code": ErrorCode.none,
+            "high_watermark": -1,
+            "last_stable_offset": -1,
+            "log_start_offset": -1,
+            "aborted_transactions": [] if isolation == READ_COMMITTED else None,
+            "preferred_read_replica": -1,
+            "records": b"",
+        }
+        reads.append((key, name, topic_id, out))
+        if name is None:
+            out["error_code"] = (
+                ErrorCode.unknown_topic_id
+                if topic_id is not None
+                else ErrorCode.unknown_topic_or_partition
+            )
+            any_error = True
+            continue
+        if name in denied:
+            out["error_code"] = ErrorCode.topic_authorization_failed
+            any_error = True
+            continue
+        try:
+            part = _serving_replica(broker, name, index, p, replica_id, from_follower_ok)
+        except KafkaError as e:
+            out["error_code"] = e.code
+            any_error = True
+            continue
+        lg = part.log
+        offset = p.fetch_offset
+        if rack and part.is_leader and replica_id < 0:
+            preferred = _preferred_read_replica(broker, part, rack)
+            if preferred is not None:  # KIP-392: fetch from that replica instead
+                out["preferred_read_replica"] = preferred
+                out["high_watermark"] = lg.high_watermark
+                out["last_stable_offset"] = lg.last_stable_offset
+                out["log_start_offset"] = lg.log_start_offset
+                any_error = True  # answer at once, with no records
+                continue
+        if replica_id >= 0:
+            follower = _follower_fetch(broker, part, replica_id, p, out)
+            if follower is not None:  # an error or a diverging epoch: no records
+                any_error = True  # answer at once
+                continue
+        hw = lg.high_watermark
+        lso = lg.last_stable_offset
+        out["high_watermark"] = hw
+        out["last_stable_offset"] = lso
+        bound = lso if isolation == READ_COMMITTED else hw
+        if replica_id >= 0:
+            bound = lg.log_end_offset  # followers replicate everything
+        out["log_start_offset"] = lg.log_start_offset
+        limit = min(p.partition_max_bytes, remaining)
+        try:
+            if offset > lg.log_end_offset or offset < lg.log_start_offset:
+                raise KafkaError(
+                    f"offset {offset} is outside {lg.log_start_offset}..{lg.log_end_offset}",
+                    code=ErrorCode.offset_out_of_range,
                 )
-                any_error = True
-                parts_out.append(out)
-                continue
-            if name in denied:
-                out["error_code"] = ErrorCode.topic_authorization_failed
-                any_error = True
-                parts_out.append(out)
-                continue
-            try:
-                part = _serving_replica(broker, name, index, p, replica_id, from_follower_ok)
-            except KafkaError as e:
-                out["error_code"] = e.code
-                any_error = True
-                parts_out.append(out)
-                continue
-            lg = part.log
-            offset = int(p.fetch_offset)
-            if rack and part.is_leader and replica_id < 0:
-                preferred = _preferred_read_replica(broker, part, rack)
-                if preferred is not None:  # KIP-392: fetch from that replica instead
-                    out["preferred_read_replica"] = preferred
-                    out["high_watermark"] = lg.high_watermark
-                    out["last_stable_offset"] = lg.last_stable_offset
-                    out["log_start_offset"] = lg.log_start_offset
-                    any_error = True  # answer at once, with no records
-                    parts_out.append(out)
-                    continue
-            if replica_id >= 0:
-                follower = _follower_fetch(broker, part, replica_id, p, out)
-                if follower is not None:  # an error or a diverging epoch: no records
-                    any_error = True  # answer at once
-                    parts_out.append(out)
-                    continue
-            hw = lg.high_watermark
-            lso = lg.last_stable_offset
-            out["high_watermark"] = hw
-            out["last_stable_offset"] = lso
-            bound = lso if isolation == READ_COMMITTED else hw
-            if replica_id >= 0:
-                bound = lg.log_end_offset  # followers replicate everything
-            out["log_start_offset"] = lg.log_start_offset
-            limit = min(int(p.partition_max_bytes), remaining)
-            try:
-                if offset > lg.log_end_offset or offset < lg.log_start_offset:
-                    raise KafkaError(
-                        f"offset {offset} is outside {lg.log_start_offset}..{lg.log_end_offset}",
-                        code=ErrorCode.offset_out_of_range,
-                    )
-                if offset >= bound or (limit <= 0 and not first_data):
-                    data = b""
-                else:
-                    data = lg.read(offset, limit, max_offset=bound, min_one_batch=first_data)
-            except KafkaError as e:
-                out["error_code"], _ = error_fields(e)
-                # Kafka's failed log read (ReplicaManager) carries no offsets: -1 for all
-                out["high_watermark"] = out["last_stable_offset"] = -1
-                out["log_start_offset"] = -1
-                any_error = True
-                parts_out.append(out)
-                continue
-            if data:
-                first_data = False
-                total += len(data)
-                remaining = max(remaining - len(data), 0)
-            out["records"] = data
-            if data and isolation == READ_COMMITTED:
-                out["aborted_transactions"] = [
-                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                    for a in lg.aborted_transactions(offset, _end_offset(data))
-                ]
-            parts_out.append(out)
-        topics_out.append(
-            {"topic": name or "", "topic_id": topic_id or ZERO_UUID, "partitions": parts_out}
-        )
-    return topics_out, total, any_error
+            if offset >= bound or (limit <= 0 and not first_data):
+                data = b""
+            else:
+                data = lg.read(offset, limit, max_offset=bound, min_one_batch=first_data)
+        except KafkaError as e:
+            out["error_code"], _ = error_fields(e)
+            # Kafka's failed log read (ReplicaManager) carries no offsets: -1 for all
+            out["high_watermark"] = out["last_stable_offset"] = -1
+            out["log_start_offset"] = -1
+            any_error = True
+            continue
+        if data:
+            first_data = False
+            total += len(data)
+            remaining = max(remaining - len(data), 0)
+        out["records"] = data
+        if data and isolation == READ_COMMITTED:
+            out["aborted_transactions"] = [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                for a in lg.aborted_transactions(offset, _end_offset(data))
+            ]
+    return reads, total, any_error
+
+
+def _answer(plan: _Plan, reads: list[_Read]) -> list[dict[str, Any]]:
+    """The response's topics: each run of one topic's partitions under one entry (as
+    Kafka's FetchResponse), an incremental answer keeping only what changed."""
+    topics_out: list[dict[str, Any]] = []
+    last: tuple[str | None, uuid.UUID | None] | None = None
+    session = plan.session
+    for key, name, topic_id, out in reads:
+        if session is not None and not session.sent(
+                key, high_watermark=out["high_watermark"],
+                last_stable_offset=out["last_stable_offset"],
+                log_start_offset=out["log_start_offset"], has_records=bool(out["records"]),
+                has_error=(out["error_code"] != ErrorCode.none or "diverging_epoch" in out
+                           or out["preferred_read_replica"] >= 0),
+                incremental=plan.incremental):
+            continue
+        if last != (name, topic_id):
+            topics_out.append({"topic": name or "", "topic_id": topic_id or ZERO_UUID,
+                               "partitions": []})
+            last = (name, topic_id)
+        topics_out[-1]["partitions"].append(out)
+    return topics_out
 
 
 def _serving_replica(broker: Broker, name: str, index: int, p: Any, replica_id: int,
@@ -240,12 +328,12 @@ def _end_offset(data: bytes) -> int:
     return end
 
 
-def _denied_topics(broker: Broker, ctx: RequestContext, req: Any) -> set[str]:
+def _denied_topics(broker: Broker, ctx: RequestContext, req: Any, plan: _Plan) -> set[str]:
     """Topics this fetch may not read (Kafka: a follower needs CLUSTER_ACTION, else every
     partition is TOPIC_AUTHORIZATION_FAILED; a consumer needs READ on each topic)."""
     if broker.authorizer is None:
         return set()
-    names = {n for n in (resolve_topic(broker, t)[0] for t in req.topics) if n}
+    names = {n for n in (_resolve(broker, ps)[0] for _, ps in plan.parts) if n}
     if replica_id_of(req) >= 0:
         return set() if check_cluster(broker, ctx, Op.CLUSTER_ACTION) else names
     return {n for n in names if not check(broker, ctx, Op.READ, Res.TOPIC, n)}
@@ -253,23 +341,26 @@ def _denied_topics(broker: Broker, ctx: RequestContext, req: Any) -> set[str]:
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     isolation = int(view(req, "isolation_level", 0))
-    denied = _denied_topics(broker, ctx, req)
-    topics_out, total, any_error = _read_all(broker, req, isolation, denied)
+    try:
+        plan = _plan(broker, req, replica_id_of(req))
+    except KafkaError as e:  # a session error: no partition is read
+        log.debug("fetch session refused: %s", e)
+        return build(ctx.response_class, {"throttle_time": 0, "error_code": e.code,
+                                          "session_id": 0, "responses": []})
+    denied = _denied_topics(broker, ctx, req, plan)
+    reads, total, any_error = _read_all(broker, req, plan, isolation, denied)
     min_bytes = int(req.min_bytes)
     wait_ms = ms(req.max_wait)
-    if total < max(min_bytes, 1) and not any_error and wait_ms > 0 and topics_out:
-        tps: list[tuple[str, int]] = []
-        for topic in req.topics:
-            name, _ = resolve_topic(broker, topic)
-            if name:
-                tps.extend((name, int(p.partition)) for p in topic.partitions)
+    if total < max(min_bytes, 1) and not any_error and wait_ms > 0 and reads:
+        tps = [(name, ps.index) for ps in (p for _, p in plan.parts)
+               if (name := _resolve(broker, ps)[0])]
         deadline = broker.clock.monotonic() + wait_ms / 1000
         while True:
             left = deadline - broker.clock.monotonic()
             if left <= 0:
                 break
             await broker.wait_for_data(tps, left)
-            topics_out, total, any_error = _read_all(broker, req, isolation, denied)
+            reads, total, any_error = _read_all(broker, req, plan, isolation, denied)
             if total >= min_bytes or any_error:
                 break
     return build(
@@ -277,7 +368,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         {
             "throttle_time": 0,
             "error_code": 0,
-            "session_id": 0,
-            "responses": topics_out,
+            "session_id": 0 if plan.session is None else plan.session.session_id,
+            "responses": _answer(plan, reads),
         },
     )

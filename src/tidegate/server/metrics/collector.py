@@ -111,6 +111,25 @@ class BrokerCollector:
         purg.add_metric(["Produce"], b.group_commit.waiting)
         purg.add_metric(["Fetch"], b.replicas.waiting_fetches)
         yield purg
+        sessions = b.fetch_sessions
+        n_sessions = GaugeMetricFamily(
+            "kafka_server_fetchsessioncache_numincrementalfetchsessions",
+            "Fetch sessions cached (kafka.server:type=FetchSessionCache,"
+            "name=NumIncrementalFetchSessions)")
+        n_sessions.add_metric([], len(sessions))
+        yield n_sessions
+        n_parts = GaugeMetricFamily(
+            "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+            "Partitions held by cached fetch sessions (kafka.server:type=FetchSessionCache,"
+            "name=NumIncrementalFetchPartitionsCached)")
+        n_parts.add_metric([], sessions.partitions_cached)
+        yield n_parts
+        evictions = CounterMetricFamily(
+            "kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+            "Fetch sessions evicted for new ones (kafka.server:type=FetchSessionCache,"
+            "name=IncrementalFetchSessionEvictionsPerSec)")
+        evictions.add_metric([], sessions.evictions)
+        yield evictions
         fsync = _hist("kafka_log_logflushstats_logflushrateandtimems",
                       "fsync latency in ms (kafka.log:type=LogFlushStats,"
                       "name=LogFlushRateAndTimeMs)", [])
