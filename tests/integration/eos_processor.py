@@ -4,7 +4,7 @@ tests/integration/test_eos_pipeline.py and killed with SIGKILL at random moments
     python eos_processor.py BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID [options]
 
 Loop (seed 000 / 004's read-process-write): poll a batch from INPUT (read_committed,
-no auto commit, static group membership so a restarted incarnation takes its
+no auto commit; classic: static group membership so a restarted incarnation takes its
 predecessor's place at once), begin a transaction, produce `transform(value)` to the
 same partition of OUTPUT for every input record, send the consumer's positions as
 the group's offsets in the transaction, commit.
@@ -122,14 +122,21 @@ def process(args: argparse.Namespace) -> int:
     def on_revoke(c: Consumer, parts: list[TopicPartition]) -> None:
         log("REVOKED", " ".join(str(p.partition) for p in parts))
 
+    membership: dict[str, Any] = {
+        # classic: static membership, so a restarted incarnation takes its predecessor's
+        # place at once; KIP-848 (`--group-protocol consumer`): a dynamic member (the
+        # broker's group.consumer.session.timeout.ms ends a killed one's membership; a
+        # static one would be refused UNRELEASED_INSTANCE_ID until then)
+        "classic": {"group.instance.id": args.group + "-instance", "session.timeout.ms": 10000},
+        "consumer": {"group.protocol": "consumer"},
+    }[args.group_protocol]
     consumer = Consumer({
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
-        "group.instance.id": args.group + "-instance",
-        "session.timeout.ms": 10000,
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+        **membership,
     })
     consumer.subscribe([args.input], on_assign=on_assign, on_revoke=on_revoke)
     try:
@@ -201,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--transaction-timeout-ms", type=int, default=6000)
     ap.add_argument("--max-seconds", type=float, default=600)
+    ap.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, on_term)
     try:

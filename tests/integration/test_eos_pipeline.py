@@ -210,6 +210,7 @@ class Pipeline:
     incarnation: int = 0
     exits: Counter[int] = field(default_factory=Counter)
     kills: int = 0
+    extra_args: tuple[str, ...] = ()  # more eos_processor.py options
 
     def log_path(self, i: int) -> Path:
         return self.workdir / f"processor-{i:03d}.log"
@@ -218,7 +219,8 @@ class Pipeline:
         self.incarnation += 1
         args = [sys.executable, str(PROCESSOR), self.broker.bootstrap, "in", "out",
                 self.group, "eos-processor", "--batch", str(self.rng.randint(*self.batch_range)),
-                "--transaction-timeout-ms", str(self.txn_timeout_ms), "--max-seconds", "900"]
+                "--transaction-timeout-ms", str(self.txn_timeout_ms), "--max-seconds", "900",
+                *self.extra_args]
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
         with self.log_path(self.incarnation).open("wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -359,6 +361,24 @@ def run_pipeline(tmp_path: Path, n: int, processor_kills: int, broker_kills: int
 
 def test_consume_transform_produce_exactly_once_under_kill9(tmp_path: Path) -> None:
     run_pipeline(tmp_path, n=20_000, processor_kills=12, broker_kills=2, budget=150, seed=4)
+
+
+@dataclass
+class ConsumerProtocolPipeline(Pipeline):
+    """The same processor as a KIP-848 group member (`group.protocol=consumer`)."""
+
+    extra_args: tuple[str, ...] = ("--group-protocol", "consumer")
+
+
+def test_consume_transform_produce_exactly_once_with_the_consumer_protocol(
+        tmp_path: Path) -> None:
+    """KIP-848: offsets fenced by member epoch (KIP-447), a killed member's partitions
+    reassigned after the group's session timeout (3 s here)."""
+    target = BrokerTarget(BrokerProcess(tmp_path / "data", overrides={
+        **TXN_OVERRIDES, "group.consumer.session.timeout.ms": "3000",
+        "group.consumer.heartbeat.interval.ms": "300"}), pauses=False)
+    run_pipeline(tmp_path, n=4_000, processor_kills=4, broker_kills=0, budget=150, seed=7,
+                 pipeline=ConsumerProtocolPipeline, target=target)
 
 
 @pytest.mark.slow
