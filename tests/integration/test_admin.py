@@ -127,7 +127,7 @@ def test_broker_configs_and_dynamic_defaults(shared_broker: BrokerProcess) -> No
     tres = ConfigResource("topic", "dyn")
     entry = a.describe_configs([tres])[tres].result(30)["retention.ms"]
     assert entry.value == "7200000"
-    assert entry.source == 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
+    assert entry.source == 2  # DYNAMIC_BROKER_CONFIG: set on broker id 1
     a.incremental_alter_configs(
         [
             ConfigResource(
@@ -316,16 +316,18 @@ def test_config_sources_and_dynamic_broker_keys(tmp_path: Path) -> None:
             ConfigEntry("message.max.bytes", "2000000", incremental_operation=_SET),
         )
         cfg = a.describe_configs([broker_res])[broker_res].result(30)
-        for name, value in [
-            ("sasl.kerberos.min.time.before.relogin", "58000"),
-            ("min.insync.replicas", "1"),  # kept by the non-incremental AlterConfigs above
-            ("background.threads", "9"),
-            ("num.io.threads", "4"),
-            ("message.max.bytes", "2000000"),
+        # set on broker id 1: DYNAMIC_BROKER_CONFIG (2); the KIP-966 cluster default is
+        # the "" resource's (3), untouched by a non-incremental AlterConfigs of broker 1
+        for name, value, source in [
+            ("sasl.kerberos.min.time.before.relogin", "58000", 2),
+            ("min.insync.replicas", "1", 3),
+            ("background.threads", "9", 2),
+            ("num.io.threads", "4", 2),
+            ("message.max.bytes", "2000000", 2),
         ]:
-            assert (cfg[name].value, cfg[name].source) == (value, 3), name
+            assert (cfg[name].value, cfg[name].source) == (value, source), name
         tcfg = a.describe_configs([topic_res])[topic_res].result(30)
-        assert (tcfg["max.message.bytes"].value, tcfg["max.message.bytes"].source) == ("2000000", 3)
+        assert (tcfg["max.message.bytes"].value, tcfg["max.message.bytes"].source) == ("2000000", 2)
         # The cluster-default resource lists only the dynamic values.
         raw = RawClient(b.bootstrap)
         resp = raw.call(
@@ -335,7 +337,8 @@ def test_config_sources_and_dynamic_broker_keys(tmp_path: Path) -> None:
         )
         raw.close()
         dcfg = {c.name: c for c in resp.results[0].configs}
-        assert "num.partitions" not in dcfg and dcfg["background.threads"].config_source == 3
+        assert "num.partitions" not in dcfg and "background.threads" not in dcfg
+        assert dcfg["min.insync.replicas"].config_source == 3
         # Read-only keys, unprefixed keystore keys and bad values are refused.
         for name, value, code in [
             ("log.dirs", "/tmp/x", "INVALID_REQUEST"),
@@ -362,7 +365,7 @@ def test_config_sources_and_dynamic_broker_keys(tmp_path: Path) -> None:
         b.restart()
         a = _admin(b)
         cfg = a.describe_configs([broker_res])[broker_res].result(30)
-        assert (cfg["background.threads"].value, cfg["background.threads"].source) == ("9", 3)
+        assert (cfg["background.threads"].value, cfg["background.threads"].source) == ("9", 2)
         assert cfg["listener.name.plaintext.ssl.keystore.location"].value == "/k.jks"
     finally:
         b.stop()

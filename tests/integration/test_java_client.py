@@ -268,8 +268,6 @@ def test_java_admin_details(misuse: dict[str, Any]) -> None:
     assert all(lo == hi for lo, hi in (v.split("..") for v in features.values()))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Tidegate keeps one set of dynamic broker configs: a value set on broker id N is "
-    "reported as DYNAMIC_DEFAULT_BROKER_CONFIG, where Kafka says DYNAMIC_BROKER_CONFIG"))
 def test_java_admin_per_broker_config_source(misuse: dict[str, Any]) -> None:
+    """A value set on broker id N is that broker's own (Kafka keeps two levels)."""
     assert misuse["alter_broker_dynamic"] == "2@DYNAMIC_BROKER_CONFIG"

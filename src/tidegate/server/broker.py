@@ -9,20 +9,16 @@ not here; the few methods left here delegate to them for callers not yet moved.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import uuid
 from collections.abc import Iterable
-from pathlib import Path
 
 from tidegate.common.clock import Clock, SystemClock
 from tidegate.common.config import BrokerConfig
-from tidegate.common.errors import InvalidConfigError
 from tidegate.coordinator.producer_ids import ProducerIdManager
 from tidegate.server.acl_store import AclStore, FileAclStore, authorizer_from_config
 from tidegate.server.cluster_admin import ClusterAdmin, EmbeddedClusterAdmin
-from tidegate.server.dynamic_config import activate_cluster_defaults
+from tidegate.server.dynamic_store import DynamicConfigs
 from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.group_config import GroupConfigStore
 from tidegate.server.metadata_view import EmbeddedMetadata, MetadataView
@@ -48,9 +44,9 @@ class Broker:
         self.clock = clock or SystemClock()
         self.node_id = config.node_id
         # KIP-966 cluster defaults (min.insync.replicas), as a Kafka 4.1+ controller writes
-        self.dynamic_configs: dict[str, str] = activate_cluster_defaults(
-            _load_dynamic(config.log_dir), config.props, lambda c: _save_dynamic(config.log_dir, c)
-        )
+        # dynamic broker configs: the cluster default and this broker id's
+        # (server/dynamic_store.py), with the KIP-966 cluster defaults of Kafka 4.1+
+        self.dynamic = DynamicConfigs(config.log_dir, config.props)
         self.group_configs = GroupConfigStore(config.log_dir)  # GROUP config resources
         # SCRAM users and each listener's TLS/SASL requirements (server/security.py)
         # (cluster: ZooKeeper's /config/users, set by BrokerApp)
@@ -146,16 +142,23 @@ class Broker:
 
     # -- dynamic broker configs -------------------------------------------------------
 
-    def validate_dynamic(self, configs: dict[str, str]) -> LogConfig:
-        return topic_defaults_from_broker({**self.config.props, **configs})
+    @property
+    def dynamic_configs(self) -> dict[str, str]:
+        """The dynamic broker configs in force (this broker's over the cluster's)."""
+        return self.dynamic.effective
 
-    def set_dynamic_configs(self, configs: dict[str, str]) -> None:
-        defaults = self.validate_dynamic(configs)
-        _save_dynamic(self.config.log_dir, configs)
-        self.dynamic_configs = dict(configs)
+    def validate_dynamic(self, configs: dict[str, str], per_broker: bool = False) -> LogConfig:
+        """The topic defaults if one resource's dynamic configs became `configs`."""
+        return topic_defaults_from_broker(
+            {**self.config.props, **self.dynamic.with_change(configs, per_broker=per_broker)})
+
+    def set_dynamic_configs(self, configs: dict[str, str], per_broker: bool = False) -> None:
+        defaults = self.validate_dynamic(configs, per_broker)
+        self.dynamic.replace(configs, per_broker=per_broker)
         self.log_defaults = defaults
         self.logs.set_broker_defaults(defaults)
-        log.info("dynamic broker configs now %s", configs)
+        log.info("dynamic configs of %s now %s",
+                 f"broker {self.node_id}" if per_broker else "the cluster default", configs)
 
     # -- topics ----------------------------------------------------------------------
 
@@ -223,26 +226,3 @@ class Broker:
 
 
 PRODUCER_ID_FILE = "tidegate-producer-ids"
-_DYNAMIC_FILE = "tidegate-broker-configs.json"
-
-
-def _load_dynamic(log_dir: Path) -> dict[str, str]:
-    path = log_dir / _DYNAMIC_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        raise InvalidConfigError(f"cannot read dynamic broker configs {path}: {e}") from e
-    return {str(k): str(v) for k, v in dict(data).items()}
-
-
-def _save_dynamic(log_dir: Path, configs: dict[str, str]) -> None:
-    log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / _DYNAMIC_FILE
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(configs, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -3,14 +3,15 @@ groups.
 
 Topic resources (type 2) list every topic config with its effective value and source:
 TOPIC_CONFIG (1) for an override, STATIC_BROKER_CONFIG (4) when a broker key such as
-`log.retention.hours` set it, DYNAMIC_DEFAULT_BROKER_CONFIG (3) when changed at run
-time, DEFAULT_CONFIG (5) otherwise, with the synonyms chain when asked. Broker
-resources (type 4) list every broker setting with the same sources (the cluster
-default resource "" only the dynamic ones, as in Kafka). Altering a broker resource
-accepts every key Kafka can change at run time (`server.dynamic_config`) and refuses
-read-only ones with INVALID_REQUEST; the topic defaults among them (e.g.
-`log.retention.ms`) apply to every topic without an override. Dynamic values persist
-across restarts, as in Kafka. A SUBTRACT may empty a list config.
+`log.retention.hours` set it, DYNAMIC_BROKER_CONFIG (2) or DYNAMIC_DEFAULT_BROKER_CONFIG
+(3) when changed at run time on this broker's id or on the cluster default,
+DEFAULT_CONFIG (5) otherwise, with the synonyms chain when asked. Broker resources
+(type 4) list every broker setting with the same sources (the cluster default resource
+"" only its dynamic ones, as in Kafka; server/dynamic_store.py keeps the two levels).
+Altering a broker resource accepts every key Kafka can change at run time
+(`server.dynamic_config`) and refuses read-only ones with INVALID_REQUEST; the topic
+defaults among them (e.g. `log.retention.ms`) apply to every topic without an override.
+Dynamic values persist across restarts, as in Kafka. A SUBTRACT may empty a list config.
 
 As a Kafka 4.1+ broker (KIP-966), the cluster default `min.insync.replicas` is written at
 first start (server/dynamic_config.py), so every topic reports it with source
@@ -49,7 +50,6 @@ from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.dynamic_config import (
     DYNAMIC_KEYS,
-    ELR_CLUSTER_KEYS,
     SYNONYM_KEYS,
     base_name,
     check_alterable,
@@ -83,8 +83,11 @@ def _synonyms(broker: Broker, name: str, overrides: dict[str, str]) -> list[dict
     if name in overrides:
         out.append({"name": name, "value": overrides[name], "source": SRC_TOPIC})
     bkeys = [bkey for bkey, _factor in BROKER_SYNONYMS.get(name, ())]
-    out += [{"name": b, "value": broker.dynamic_configs[b], "source": SRC_DYNAMIC_DEFAULT}
-            for b in bkeys if b in broker.dynamic_configs]
+    own, default = broker.dynamic.broker, broker.dynamic.default
+    out += [{"name": b, "value": own[b], "source": SRC_DYNAMIC_BROKER}
+            for b in bkeys if b in own]
+    out += [{"name": b, "value": default[b], "source": SRC_DYNAMIC_DEFAULT}
+            for b in bkeys if b in default]
     out += [{"name": b, "value": broker.config.get(b), "source": SRC_STATIC}
             for b in bkeys if b in broker.config.explicit]
     for b in bkeys:
@@ -141,17 +144,23 @@ def _broker_type(name: str) -> int:
 
 
 def describe_broker_configs(broker: Broker, per_broker: bool = True) -> list[dict[str, Any]]:
-    """Every broker config with Kafka's sources: DYNAMIC_DEFAULT_BROKER_CONFIG for a
-    value set at run time, STATIC_BROKER_CONFIG for one from the properties file,
-    environment or --override, DEFAULT_CONFIG otherwise. The cluster-default resource
-    ("") lists only the dynamic values, as in Kafka."""
-    dynamic = broker.dynamic_configs
-    names = set(broker.config.props) | set(SYNONYM_KEYS) | set(DYNAMIC_KEYS) | set(dynamic)
+    """Every broker config with Kafka's sources, in Kafka's order of precedence:
+    DYNAMIC_BROKER_CONFIG for a value set at run time on this broker's id,
+    DYNAMIC_DEFAULT_BROKER_CONFIG for one set on the cluster default, STATIC_BROKER_CONFIG
+    for one from the properties file, environment or --override, DEFAULT_CONFIG
+    otherwise. The cluster-default resource ("") lists only its dynamic values, as in
+    Kafka."""
+    own = broker.dynamic.broker if per_broker else {}
+    cluster = broker.dynamic.default
+    names = (set(broker.config.props) | set(SYNONYM_KEYS) | set(DYNAMIC_KEYS) | set(own)
+             | set(cluster))
     result = []
     for name in sorted(names):
         syn: list[dict[str, Any]] = []
-        if name in dynamic:
-            syn.append({"name": name, "value": dynamic[name], "source": SRC_DYNAMIC_DEFAULT})
+        if name in own:
+            syn.append({"name": name, "value": own[name], "source": SRC_DYNAMIC_BROKER})
+        if name in cluster:
+            syn.append({"name": name, "value": cluster[name], "source": SRC_DYNAMIC_DEFAULT})
         if per_broker and name in broker.config.explicit:
             syn.append({"name": name, "value": broker.config.get(name), "source": SRC_STATIC})
         default = _broker_default(name)
@@ -325,24 +334,18 @@ def _alter_broker(broker: Broker, name: str, ops: Any, incremental: bool, dry: b
     per_broker = name != ""
     for key, _, _ in ops:
         check_alterable(key, per_broker=per_broker)
-    current = dict(broker.dynamic_configs)
+    current = dict(broker.dynamic.broker if per_broker else broker.dynamic.default)
     base: dict[str, str | None] = dict(current) if incremental else {}
     new = _apply_ops(base, ops, _broker_list_base(broker))
     final = {k: v for k, v in new.items() if v is not None}
-    if per_broker and not incremental:
-        # One store holds both broker resources here; replacing a broker id's configs
-        # keeps the cluster-level KIP-966 keys, which Kafka keeps in the "" resource.
-        for key in ELR_CLUSTER_KEYS:
-            if key in current:
-                final.setdefault(key, current[key])
     touched = {key for key, _, _ in ops} | (set(current) - set(final))
     check_elr_min_isr(per_broker, {key: final.get(key) for key in touched})
     for key, _, _ in ops:
         if final.get(key) is not None:
             parse_dynamic(key, final[key])
-    broker.validate_dynamic(final)
+    broker.validate_dynamic(final, per_broker)
     if not dry:
-        broker.set_dynamic_configs(final)
+        broker.set_dynamic_configs(final, per_broker)
 
 
 async def _alter_group(broker: Broker, group: str, ops: Any, incremental: bool, dry: bool) -> None:
