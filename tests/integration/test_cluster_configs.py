@@ -262,3 +262,67 @@ def test_a_follower_behind_the_leaders_log_start_restarts_there(tmp_path: Path) 
         raise
     finally:
         c.stop()
+
+
+def _broker_configs(bootstrap: str, bid: int) -> dict[str, tuple[str, int]]:
+    raw = RawClient(bootstrap)
+    try:
+        resp = raw.call(32, 4, {"resources": [{"resource_type": 4, "resource_name": str(bid),
+                                               "configuration_keys": None}],
+                                "include_synonyms": False})
+    finally:
+        raw.close()
+    assert resp.results[0].error_code == 0, resp.results[0]
+    return {c.name: (c.value, int(c.config_source)) for c in resp.results[0].configs}
+
+
+def test_dynamic_broker_configs_are_shared_through_zookeeper(cluster: Cluster) -> None:
+    """`kafka-configs --entity-default` and `--entity-name <id>` as on a ZooKeeper-mode
+    Kafka: the cluster default reaches every broker, a broker's own value only it, and
+    both survive that broker's restart."""
+    try:
+        _broker_configs_check(cluster)
+    except BaseException:
+        print(cluster.failure_report())
+        raise
+
+
+def _broker_configs_check(c: Cluster) -> None:
+    ids = sorted(c.brokers)
+    admin = AdminClient({"bootstrap.servers": c.brokers[ids[0]].bootstrap})
+    # the cluster default resource "" (confluent-kafka cannot name it: raw request)
+    raw = RawClient(c.brokers[ids[0]].bootstrap)
+    try:
+        resp = raw.call(44, 1, {"resources": [{"resource_type": 4, "resource_name": "",
+                                               "configs": [{"name": "log.retention.ms",
+                                                            "config_operation": SET,
+                                                            "value": "7200000"}]}],
+                                "validate_only": False})
+    finally:
+        raw.close()
+    assert resp.responses[0].error_code == 0, resp.responses[0]
+    own = ConfigResource(ResourceType.BROKER, str(ids[1]), incremental_configs=[
+        ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("background.threads", "7", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([own])[own].result(30)
+
+    def seen() -> dict[int, tuple[str, int]]:
+        return {bid: _broker_configs(c.brokers[bid].bootstrap, bid)["log.retention.ms"]
+                for bid in ids}
+
+    want = {bid: ("7200000", 3) for bid in ids} | {ids[1]: ("3600000", 2)}
+    wait_for("every broker follows /config/brokers", lambda: seen() == want)
+    assert _broker_configs(c.brokers[ids[2]].bootstrap, ids[2])["background.threads"][1] != 2
+    # the KIP-966 cluster default lives in /config/brokers/<default> too, for all
+    for bid in ids:
+        got = _broker_configs(c.brokers[bid].bootstrap, bid)["min.insync.replicas"]
+        assert got[1] == 3, (bid, got)
+    c.brokers[ids[1]].stop()
+    c.restart(ids[1])
+    assert _broker_configs(c.brokers[ids[1]].bootstrap, ids[1])["background.threads"] == ("7", 2)
+    assert seen() == want
+    # a value that is not dynamic is refused whichever broker it names
+    bad = ConfigResource(ResourceType.BROKER, str(ids[2]), incremental_configs=[
+        ConfigEntry("log.dirs", "/x", incremental_operation=AlterConfigOpType.SET)])
+    err = admin.incremental_alter_configs([bad])[bad].exception(30)
+    assert err is not None and "INVALID_REQUEST" in str(err), err

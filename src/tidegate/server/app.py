@@ -145,6 +145,16 @@ class BrokerApp:
         self.broker.quota_store = quota_store
         await quota_store.start()
         self._closers.append(quota_store.stop)
+        # dynamic broker configs: /config/brokers/<default> and /config/brokers/<id>
+        from tidegate.server.cluster.broker_configs import ZkBrokerConfigs
+
+        broker_configs = ZkBrokerConfigs(self.cluster.zk, self.config.node_id,
+                                         self.broker.dynamic, self.broker.set_dynamic_configs)
+        self.broker.broker_configs = broker_configs
+        await broker_configs.start()
+        self._closers.append(broker_configs.stop)
+        with contextlib.suppress(TimeoutError):  # the cluster's values before serving
+            await asyncio.wait_for(broker_configs.synced.wait(), 10)
         # SCRAM users: /config/users/<user> too, shared by every broker
         from tidegate.server.cluster.scram_users import ZkScramStore
 

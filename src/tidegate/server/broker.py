@@ -18,7 +18,7 @@ from tidegate.common.config import BrokerConfig
 from tidegate.coordinator.producer_ids import ProducerIdManager
 from tidegate.server.acl_store import AclStore, FileAclStore, authorizer_from_config
 from tidegate.server.cluster_admin import ClusterAdmin, EmbeddedClusterAdmin
-from tidegate.server.dynamic_store import DynamicConfigs
+from tidegate.server.dynamic_store import BrokerConfigStore, DynamicConfigs, LocalBrokerConfigs
 from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.group_config import GroupConfigStore
 from tidegate.server.metadata_view import EmbeddedMetadata, MetadataView
@@ -47,6 +47,9 @@ class Broker:
         # dynamic broker configs: the cluster default and this broker id's
         # (server/dynamic_store.py), with the KIP-966 cluster defaults of Kafka 4.1+
         self.dynamic = DynamicConfigs(config.log_dir, config.props)
+        # where AlterConfigs of a broker resource goes (cluster: ZooKeeper, set by BrokerApp)
+        self.broker_configs: BrokerConfigStore = LocalBrokerConfigs(
+            self.dynamic, self.node_id, self.set_dynamic_configs)
         self.group_configs = GroupConfigStore(config.log_dir)  # GROUP config resources
         # SCRAM users and each listener's TLS/SASL requirements (server/security.py)
         # (cluster: ZooKeeper's /config/users, set by BrokerApp)

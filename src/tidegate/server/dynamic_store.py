@@ -11,18 +11,36 @@ which is what its values were reported as.
 `effective` is what the broker runs with: the cluster defaults overlaid by its own.
 The KIP-966 cluster default `min.insync.replicas` is written at first start
 (server/dynamic_config.py `activate_cluster_defaults`). Used from the event loop.
+
+AlterConfigs of a broker resource goes through a `BrokerConfigStore`:
+`LocalBrokerConfigs` here (the embedded broker: its own id or ""), or, in cluster
+mode, ZooKeeper's `/config/brokers/<default>` and `/config/brokers/<id>`
+(server/cluster/broker_configs.py), which every broker follows into its
+`DynamicConfigs`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
-from tidegate.common.errors import InvalidConfigError
+from tidegate.common.errors import InvalidConfigError, InvalidRequestError
 from tidegate.server.dynamic_config import activate_cluster_defaults
 
-__all__ = ["DYNAMIC_FILE", "DynamicConfigs"]
+__all__ = [
+    "DYNAMIC_FILE",
+    "BrokerConfigStore",
+    "ConfigChange",
+    "DynamicConfigs",
+    "LocalBrokerConfigs",
+]
+
+ConfigChange = Callable[[dict[str, str]], dict[str, str]]
+# apply(configs, per_broker): make `configs` one level of this broker's dynamic configs
+Apply = Callable[[dict[str, str], bool], None]
 
 DYNAMIC_FILE = "tidegate-broker-configs.json"
 
@@ -75,6 +93,33 @@ class DynamicConfigs:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+
+class BrokerConfigStore(Protocol):
+    async def alter(self, resource: str, change: ConfigChange, *,
+                    validate_only: bool) -> dict[str, str]:
+        """Replace broker resource `resource`'s ("" or a broker id) dynamic configs with
+        `change(current)` (which validates, raising a KafkaError to refuse); returns them."""
+        ...
+
+
+class LocalBrokerConfigs:
+    """The embedded broker's: its own id or the cluster default, in its data directory."""
+
+    def __init__(self, dynamic: DynamicConfigs, node_id: int, apply: Apply) -> None:
+        self.dynamic = dynamic
+        self.node_id = node_id
+        self.apply = apply
+
+    async def alter(self, resource: str, change: ConfigChange, *,
+                    validate_only: bool) -> dict[str, str]:
+        if resource not in ("", str(self.node_id)):
+            raise InvalidRequestError(f"broker {resource} is not this broker ({self.node_id})")
+        per_broker = resource != ""
+        final = change(dict(self.dynamic.broker if per_broker else self.dynamic.default))
+        if not validate_only:
+            self.apply(final, per_broker)
+        return final
 
 
 def _strings(data: dict[object, object]) -> dict[str, str]:

@@ -327,25 +327,27 @@ def _topic_change(
     return change
 
 
-def _alter_broker(broker: Broker, name: str, ops: Any, incremental: bool, dry: bool) -> None:
-    """Dynamic broker configs: Kafka's alterable keys only, validated, then persisted."""
-    if name not in ("", str(broker.node_id)):
-        raise InvalidRequestError(f"broker {name} is not this broker ({broker.node_id})")
+async def _alter_broker(broker: Broker, name: str, ops: Any, incremental: bool,
+                        dry: bool) -> None:
+    """Dynamic broker configs: Kafka's alterable keys only, validated, then persisted
+    (the embedded broker's data directory, or ZooKeeper in cluster mode)."""
     per_broker = name != ""
     for key, _, _ in ops:
         check_alterable(key, per_broker=per_broker)
-    current = dict(broker.dynamic.broker if per_broker else broker.dynamic.default)
-    base: dict[str, str | None] = dict(current) if incremental else {}
-    new = _apply_ops(base, ops, _broker_list_base(broker))
-    final = {k: v for k, v in new.items() if v is not None}
-    touched = {key for key, _, _ in ops} | (set(current) - set(final))
-    check_elr_min_isr(per_broker, {key: final.get(key) for key in touched})
-    for key, _, _ in ops:
-        if final.get(key) is not None:
-            parse_dynamic(key, final[key])
-    broker.validate_dynamic(final, per_broker)
-    if not dry:
-        broker.set_dynamic_configs(final, per_broker)
+
+    def change(current: dict[str, str]) -> dict[str, str]:
+        base: dict[str, str | None] = dict(current) if incremental else {}
+        new = _apply_ops(base, ops, _broker_list_base(broker))
+        final = {k: v for k, v in new.items() if v is not None}
+        touched = {key for key, _, _ in ops} | (set(current) - set(final))
+        check_elr_min_isr(per_broker, {key: final.get(key) for key in touched})
+        for key, _, _ in ops:
+            if final.get(key) is not None:
+                parse_dynamic(key, final[key])
+        broker.validate_dynamic(final, per_broker)
+        return final
+
+    await broker.broker_configs.alter(name, change, validate_only=dry)
 
 
 async def _alter_group(broker: Broker, group: str, ops: Any, incremental: bool, dry: bool) -> None:
@@ -392,7 +394,7 @@ async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: boo
                 if not validate_only:
                     log.info("topic %s configs now %s", r.resource_name, final)
             elif r.resource_type == BROKER:
-                _alter_broker(broker, r.resource_name, ops, incremental, validate_only)
+                await _alter_broker(broker, r.resource_name, ops, incremental, validate_only)
             elif r.resource_type == GROUP:
                 await _alter_group(broker, r.resource_name, ops, incremental, validate_only)
             elif r.resource_type == BROKER_LOGGER:
