@@ -318,9 +318,18 @@ class CoordinatorShell(Generic[S]):
 
     # -- operations -----------------------------------------------------------------------
 
-    async def run(self, partition: int, op: Callable[[S, int, int], Result[R]]) -> R:
+    async def run(self, partition: int, op: Callable[[S, int, int], Result[R]], *,
+                  before_durable: bool = False) -> R:
         """Run `op` on `partition` (module docstring); its response once durable, or,
-        for a parked request, the reply a later operation gives it."""
+        for a parked request, the reply a later operation gives it.
+
+        `before_durable`: the response as soon as the records are appended and replayed;
+        the durability wait (and what follows it: replies to parked requests,
+        `on_durable`, a reload if the fsync fails) goes on in the background. Only for an
+        answer nothing durable depends on until a later operation's own durability wait
+        covers it (every operation waits for the log end, and a later one's end is past
+        these records): the transaction coordinator's AddPartitionsToTxn (client
+        versions), AddOffsetsToTxn and CompleteCommit/CompleteAbort."""
         token = next(self._tokens)
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._parked[token] = (partition, fut)
@@ -334,6 +343,13 @@ class CoordinatorShell(Generic[S]):
         self._maybe_wake(partition)
         if outcome.result.response is not PARKED:
             self._parked.pop(token, None)
+            if before_durable:
+                # told now, not in the background task: a flush another operation starts
+                # meanwhile then covers these records instead of being followed by one
+                # that finds nothing new
+                self._appended(partition, outcome)
+                self._background(self._finish_quietly(partition, outcome, told=True))
+                return outcome.result.response
         try:
             await self._finish(partition, outcome)
         except BaseException:
@@ -380,9 +396,15 @@ class CoordinatorShell(Generic[S]):
         except Exception:
             log.exception("%s-%d: on_durable failed", self.topic, partition)
 
-    async def _finish(self, partition: int, outcome: Outcome[R]) -> None:
+    def _appended(self, partition: int, outcome: Outcome[R]) -> None:
         if outcome.appended:
             self.broker.after_append(self.topic, partition, outcome.log)
+
+    async def _finish(self, partition: int, outcome: Outcome[R], *, told: bool = False
+                      ) -> None:
+        """`told`: `_appended` was already called for this outcome."""
+        if not told:
+            self._appended(partition, outcome)
         try:
             await self.broker.wait_durable(outcome.log, outcome.end_offset)
         except Exception as e:
@@ -464,9 +486,10 @@ class CoordinatorShell(Generic[S]):
         self._loading.add(task)
         task.add_done_callback(self._loading.discard)
 
-    async def _finish_quietly(self, partition: int, outcome: Outcome[None]) -> None:
+    async def _finish_quietly(self, partition: int, outcome: Outcome[R], *,
+                              told: bool = False) -> None:
         with contextlib.suppress(KafkaError):
-            await self._finish(partition, outcome)
+            await self._finish(partition, outcome, told=told)
 
     async def each_partition(self, op: Callable[[S, int, int], Result[R]]) -> list[R]:
         """Run `op` on every active partition (e.g. expiry); partitions that fail are

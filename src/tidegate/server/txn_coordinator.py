@@ -5,7 +5,11 @@ The second shard type on the generic coordinator shell (server/coordinator.py): 
 `__transaction_state` (`transaction.state.log.num.partitions`, compacted). A
 transactional id lives on partition `abs(hashCode(id)) % N`, as in Kafka. Requests run
 as operations on their partition; state changes only by replaying the records an
-operation appends; answers go out once those records are durable.
+operation appends; answers go out once those records are durable, except a client's
+AddPartitionsToTxn and AddOffsetsToTxn, answered once appended: the KIP-890 verification
+that lets data into a partition waits until this log is durable to its end
+(docs/transactions.md, "What is durable when"; tests/unit/server/
+test_txn_durability_order.py).
 
 Finishing a transaction (writing markers, then CompleteCommit/CompleteAbort) is
 `TxnFinisher`'s job (server/txn_finisher.py), driven by the log's durability; coordinator
@@ -211,7 +215,8 @@ class TransactionCoordinator:
     # -- one transactional id ---------------------------------------------------------------
 
     async def _patiently(self, transactional_id: str, op: Op[R],
-                         concurrent: Callable[[R], bool]) -> R:
+                         concurrent: Callable[[R], bool], *,
+                         before_durable: bool = False) -> R:
         """Run `op`; while it answers CONCURRENT_TRANSACTIONS because the id's previous
         transaction is still being finished (Prepare*, markers in flight), wait for that
         to complete and run it again, up to `_CONCURRENT_WAIT_S`.
@@ -223,20 +228,22 @@ class TransactionCoordinator:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _CONCURRENT_WAIT_S
         while True:
-            result = await self._run(transactional_id, op)
+            result = await self._run(transactional_id, op, before_durable=before_durable)
             left = deadline - loop.time()
             if not concurrent(result) or left <= 0:
                 return result
             if self.finisher.in_prepare(transactional_id):
-                await asyncio.wait({self.finisher.completion(transactional_id)}, timeout=left)
+                await self.finisher.wait_completed(transactional_id, left)
             else:
                 await asyncio.sleep(0.001)  # completing right now: a moment, then again
 
-    async def _run(self, transactional_id: str, op: Op[R]) -> R:
+    async def _run(self, transactional_id: str, op: Op[R], *,
+                   before_durable: bool = False) -> R:
         if not self.shell.started:
             raise KafkaError("the transaction coordinator is starting",
                              code=ErrorCode.coordinator_not_available)
-        return await self.shell.run(self.partition_for(transactional_id), op)
+        return await self.shell.run(self.partition_for(transactional_id), op,
+                                    before_durable=before_durable)
 
     async def init_producer_id(self, req: InitProducerIdRequest, fresh_producer_id: int
                                ) -> InitProducerIdResponse:
@@ -246,23 +253,29 @@ class TransactionCoordinator:
             lambda r: r.error == ErrorCode.concurrent_transactions)
 
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                             partitions: list[TopicPartition], *, verify_only: bool = False
+                             partitions: list[TopicPartition], *, verify_only: bool = False,
+                             before_durable: bool = False
                              ) -> dict[TopicPartition, ErrorCode]:
+        """`before_durable` (AddPartitionsToTxn from a client, v0-v3 only): answered once
+        the record is appended, before it is fsynced (module docstring). Never for the
+        implicit add of transaction version 2 (`verify_partition(add=True)`), whose
+        answer lets data be appended at once."""
         resp = await self._patiently(
             transactional_id,
             lambda s, now, _t: ops.add_partitions(
                 s, transactional_id, producer_id, epoch, partitions, now,
                 verify_only=verify_only),
-            lambda r: ErrorCode.concurrent_transactions in r.errors.values())
+            lambda r: ErrorCode.concurrent_transactions in r.errors.values(),
+            before_durable=before_durable)
         return resp.errors
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                           group_id: str) -> ErrorCode:
         p = self._offsets_partition(group_id)
-        return await self._patiently(
+        return await self._patiently(  # TxnOffsetCommit verifies: answered before durable
             transactional_id,
             lambda s, now, _t: ops.add_offsets(s, transactional_id, producer_id, epoch, p, now),
-            lambda code: code == ErrorCode.concurrent_transactions)
+            lambda code: code == ErrorCode.concurrent_transactions, before_durable=True)
 
     async def verify_partition(self, transactional_id: str, producer_id: int, epoch: int,
                                tp: TopicPartition, *, add: bool = False) -> ErrorCode:

@@ -14,8 +14,8 @@ continue above it), then writes the COMMIT/ABORT marker into every partition of 
 transaction (server/markers.py), retrying with backoff until each is written (a deleted
 partition needs none; a newer coordinator epoch stops the job), then appends
 CompleteCommit/CompleteAbort, retried until written. A job stops when its partition is
-reloaded: the new shard hands it out again. `completion(id)` lets a request that found
-the id still finishing wait for it. Retries are quiet while the disk is full (the log
+reloaded: the new shard hands it out again. `wait_completed(id)` lets a request that
+found the id still finishing wait for it. Retries are quiet while the disk is full (the log
 directory says so once); otherwise each job warns once.
 
 `tidegate.test.fault.point` (tests only) kills the broker at a named point of this
@@ -64,7 +64,7 @@ class TxnFinisher:
         self.epochs = epochs
         self._fault_point = fault_point
         self._jobs: set[asyncio.Task[None]] = set()
-        self._completions: dict[str, asyncio.Future[None]] = {}
+        self._completions: dict[str, list[asyncio.Future[None]]] = {}
         # how markers reach their partitions: this node's logs; in cluster mode the
         # marker channel (server/cluster/marker_channel.py) sends the others' to their
         # leaders
@@ -83,10 +83,25 @@ class TxnFinisher:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    def completion(self, transactional_id: str) -> asyncio.Future[None]:
-        """Resolved when the id's transaction now being finished is complete."""
-        return self._completions.setdefault(
-            transactional_id, asyncio.get_running_loop().create_future())
+    async def wait_completed(self, transactional_id: str, timeout: float) -> None:
+        """Return when the id's transaction now being finished is complete, or after
+        `timeout` seconds. The waiter's own future, awaited directly: it resumes in the
+        loop iteration right after `completed`, so its next operation (the next
+        transaction's AddPartitionsToTxn) is appended before the fsync that makes
+        CompleteCommit durable starts, and one fsync covers both."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        waiters = self._completions.setdefault(transactional_id, [])
+        waiters.append(fut)
+        timer = loop.call_later(timeout, _resolve, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            if fut in waiters:
+                waiters.remove(fut)
+                if not waiters and self._completions.get(transactional_id) is waiters:
+                    del self._completions[transactional_id]
 
     def on_durable(self, partition: int, durable_offset: int) -> None:
         if self.runtime.state(partition) is not PartitionState.ACTIVE:
@@ -152,9 +167,11 @@ class TxnFinisher:
         delay, warned = 0.02, False
         while self._current(partition, shard, job):
             try:
+                # answered once appended: the id's next operation waits for a log end
+                # past this record, so nothing acts on the completion before it is durable
                 await self.shell.run(partition, lambda s, now, _t: ops.complete(
                     s, job.transactional_id, job.producer_id, job.producer_epoch, job.commit,
-                    now, job.prepare_offset))
+                    now, job.prepare_offset), before_durable=True)
                 self.completed(job.transactional_id)
                 return
             except KafkaError as e:
@@ -204,6 +221,11 @@ class TxnFinisher:
         return meta is not None and meta.state.is_prepare
 
     def completed(self, transactional_id: str) -> None:
-        fut = self._completions.pop(transactional_id, None)
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        for fut in self._completions.pop(transactional_id, []):
+            if not fut.done():
+                fut.set_result(None)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import threading
 
 from tidegate.server.durability import GroupCommit
 
@@ -20,6 +21,10 @@ class FlakyLog:
         self.recovery_point = 0
         self.end = 0
         self.calls = 0
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.end
 
     def flush(self) -> int:
         self.calls += 1
@@ -63,3 +68,36 @@ def test_a_full_disk_is_reported_at_each_failure() -> None:
     flushed, reported, _lg, failed = _run(OSError(errno.ENOSPC, "No space left on device"))
     assert failed and flushed == [5]
     assert len(reported) == 4  # LogDirSpace counts them and logs the first
+
+
+def test_a_waiter_covered_by_the_running_flush_queues_no_other() -> None:
+    """A request that only reads (KIP-890 verification waits for the coordinator log's
+    end) while a flush covering that end is under way is released by it: it used to
+    queue a second fsync that found nothing new, which the next append then waited for.
+    An append after the flush started still gets its own flush."""
+    lg = FlakyLog(0, OSError())
+    gate = threading.Event()
+    real = lg.flush
+
+    def slow_flush() -> int:
+        gate.wait(5)
+        return real()
+
+    lg.flush = slow_flush  # type: ignore[method-assign]
+
+    async def main() -> None:
+        gc = GroupCommit(lambda _t, _rp: None)
+        lg.end = 3
+        first = asyncio.ensure_future(gc.wait_durable(lg, 3))
+        await asyncio.sleep(0.05)  # the flush is under way, covering offset 3
+        reader = asyncio.ensure_future(gc.wait_durable(lg, 3))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(first, reader), 5)
+        await asyncio.sleep(0.05)
+        assert lg.calls == 1, "a second flush for a waiter the first one covered"
+        lg.end = 4  # appended after: needs (and gets) a flush of its own
+        await asyncio.wait_for(gc.wait_durable(lg, 4), 5)
+        assert lg.calls == 2 and lg.recovery_point == 4
+
+    asyncio.run(main())

@@ -113,8 +113,13 @@ async def _add_one(broker: Broker, txn_id: str, producer_id: int, epoch: int, to
     if not txn_id:
         return dict.fromkeys(wanted, ErrorCode.invalid_request)
     try:
+        # a client's add is answered before its record is durable (no data can be
+        # appended before the verification that waits for it); a broker's v4+ add
+        # (transaction version 2, for a partition led elsewhere) lets data be appended
+        # at once, so it waits
         return await broker.txn_coordinator.add_partitions(
-            txn_id, producer_id, epoch, wanted, verify_only=verify_only)
+            txn_id, producer_id, epoch, wanted, verify_only=verify_only,
+            before_durable=not from_broker)
     except KafkaError as e:
         return dict.fromkeys(wanted, e.code)
 

@@ -1,0 +1,152 @@
+"""What a one-record transaction may answer before its coordinator record is durable.
+
+AddPartitionsToTxn (client versions) and AddOffsetsToTxn are answered as soon as their
+`__transaction_state` record is appended, before the fsync (docs/transactions.md, "What
+is durable when"). That is safe only because nothing acts on the answer before the
+record is durable: the data a transactional Produce would append waits for the KIP-890
+verification, which waits for the coordinator's log to be durable to its end; the
+implicit add of transaction version 2 (Produce v12) waits for its own record; EndTxn
+answers once PrepareCommit (after the add) is durable. These tests hold the
+`__transaction_state` partition's fsync and check each of those waits: they fail if data
+is appended, or EndTxn answered, before the add is durable.
+
+An in-process broker (no kills, no timing assertions beyond "not before the fsync"):
+light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tidegate.common.config import BrokerConfig
+from tidegate.common.errors import ErrorCode
+from tidegate.common.topics import TRANSACTION_STATE
+from tidegate.coordinator.txn.messages import InitProducerIdRequest
+from tidegate.protocol.messages import build, request_class
+from tidegate.records.builder import build_batch
+from tidegate.server.broker import Broker
+from tidegate.server.context import RequestContext
+from tidegate.server.handlers import produce
+from tidegate.server.handlers.transactions import handle_add_partitions, handle_end_txn
+from tidegate.storage.log import Log
+
+HELD_S = 0.3  # how long the fsync is held: whatever waits for it must still wait
+
+
+def _broker(tmp_path: Path) -> Broker:
+    b = Broker(BrokerConfig({
+        "log.dirs": str(tmp_path), "offsets.topic.num.partitions": "1",
+        "transaction.state.log.num.partitions": "1"}))
+    b.load()
+    b.create_topic("t", 1, {})
+    return b
+
+
+def _hold_fsync(lg: Log) -> threading.Event:
+    """`lg`'s flushes (in the group commit's worker threads) wait until the event is set."""
+    gate = threading.Event()
+    real = lg.flush
+
+    def held() -> int:
+        gate.wait(10)
+        return real()
+
+    lg.flush = held  # type: ignore[method-assign]
+    return gate
+
+
+def _produce(version: int, pid: int, epoch: int) -> Any:
+    batch = build_batch([(int(time.time() * 1000), b"k", b"v")], producer_id=pid,
+                        producer_epoch=epoch, base_sequence=0, is_transactional=True)
+    return build(request_class(0, version), {
+        "transactional_id": "tx", "acks": -1, "timeout": 30000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
+
+
+def _produce_error(resp: Any) -> int:
+    return int(resp.responses[0].partition_responses[0].error_code)
+
+
+async def _started(tmp_path: Path) -> tuple[Broker, Log, Log, int, int]:
+    b = _broker(tmp_path)
+    await b.group_coordinator.start()
+    await b.txn_coordinator.start()
+    init = await b.txn_coordinator.init_producer_id(InitProducerIdRequest("tx", 60000), 9)
+    state, data = b.get_log(TRANSACTION_STATE, 0), b.get_log("t", 0)
+    assert state is not None and data is not None
+    return b, state, data, init.producer_id, init.producer_epoch
+
+
+async def _stop(b: Broker) -> None:
+    await b.txn_coordinator.stop()
+    await b.group_coordinator.stop()
+    b.close()
+
+
+def test_data_waits_for_an_add_answered_before_its_fsync(tmp_path: Path) -> None:
+    async def main() -> None:
+        b, state, data, pid, epoch = await _started(tmp_path)
+        gate = _hold_fsync(state)
+        try:
+            add = build(request_class(24, 3), {
+                "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch,
+                "v3_and_below_topics": [{"name": "t", "partitions": [0]}]})
+            resp = await asyncio.wait_for(
+                handle_add_partitions(b, RequestContext(24, 3, 1, "c", "peer"), add), 5)
+            [topic] = resp.results_by_topic_v3_and_below
+            assert topic.results_by_partition[0].partition_error_code == ErrorCode.none
+            # answered while its record is not yet durable (the point of the change)
+            assert state.recovery_point < state.log_end_offset
+            sent = asyncio.ensure_future(produce.handle(
+                b, RequestContext(0, 9, 2, "c", "peer"), _produce(9, pid, epoch)))
+            await asyncio.sleep(HELD_S)
+            assert data.log_end_offset == 0, "data appended before the add was durable"
+            assert not sent.done()
+            gate.set()
+            assert _produce_error(await asyncio.wait_for(sent, 10)) == ErrorCode.none
+            assert data.log_end_offset == 1
+            assert state.recovery_point == state.log_end_offset
+            # EndTxn: answered only once PrepareCommit (and so the add) is durable
+            gate = _hold_fsync(state)
+            end = build(request_class(26, 3), {
+                "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+                "committed": True})
+            ended = asyncio.ensure_future(handle_end_txn(
+                b, RequestContext(26, 3, 3, "c", "peer"), end))
+            await asyncio.sleep(HELD_S)
+            assert not ended.done(), "EndTxn answered before PrepareCommit was durable"
+            gate.set()
+            assert (await asyncio.wait_for(ended, 10)).error_code == ErrorCode.none
+        finally:
+            gate.set()
+            await _stop(b)
+
+    asyncio.run(main())
+
+
+def test_transaction_version_2_adds_durably_before_appending(tmp_path: Path) -> None:
+    """Produce v12 adds the partition itself (no AddPartitionsToTxn): that add's answer
+    lets the data be appended at once, so it must wait for its record's fsync."""
+    async def main() -> None:
+        b, state, data, pid, epoch = await _started(tmp_path)
+        gate = _hold_fsync(state)
+        try:
+            sent = asyncio.ensure_future(produce.handle(
+                b, RequestContext(0, 12, 2, "c", "peer"), _produce(12, pid, epoch)))
+            await asyncio.sleep(HELD_S)
+            assert state.recovery_point < state.log_end_offset  # the add is appended
+            assert data.log_end_offset == 0, "data appended before the add was durable"
+            assert not sent.done()
+            gate.set()
+            assert _produce_error(await asyncio.wait_for(sent, 10)) == ErrorCode.none
+            assert data.log_end_offset == 1
+        finally:
+            gate.set()
+            await _stop(b)
+
+    asyncio.run(main())
