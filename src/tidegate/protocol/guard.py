@@ -33,6 +33,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+Buffer = bytes | memoryview  # the listener hands big requests on as memoryviews
+
 _FIXED = {
     "int8": 1,
     "bool": 1,
@@ -113,7 +115,7 @@ def _plan(cls: Any) -> tuple[tuple[_F, ...], dict[int, _F], bool]:
     return tuple(regular), tagged, flexible
 
 
-def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def _uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -129,13 +131,13 @@ def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise GuardError("varint too long")
 
 
-def _int(buf: bytes, pos: int, size: int, end: int) -> int:
+def _int(buf: Buffer, pos: int, size: int, end: int) -> int:
     if pos + size > end:
         raise GuardError("truncated integer")
     return int.from_bytes(buf[pos : pos + size], "big", signed=True)
 
 
-def _length(buf: bytes, pos: int, end: int, flexible: bool, size: int) -> tuple[int, int]:
+def _length(buf: Buffer, pos: int, end: int, flexible: bool, size: int) -> tuple[int, int]:
     """Read a length prefix; -1 means null. `size` is 2 or 4 for legacy prefixes."""
     if flexible:
         n, pos = _uvarint(buf, pos, end)
@@ -143,7 +145,7 @@ def _length(buf: bytes, pos: int, end: int, flexible: bool, size: int) -> tuple[
     return _int(buf, pos, size, end), pos + size
 
 
-def _walk(cls: Any, buf: bytes, pos: int, end: int, flexible_override: bool | None) -> int:
+def _walk(cls: Any, buf: Buffer, pos: int, end: int, flexible_override: bool | None) -> int:
     regular, tagged, flexible = _plan(cls)
     if flexible_override is not None:
         flexible = flexible_override
@@ -172,7 +174,7 @@ def _null_check(spec: _F, n: int) -> None:
         raise GuardError(f"non-nullable field {spec.name} was serialized as null")
 
 
-def _field(spec: _F, buf: bytes, pos: int, end: int, flexible: bool) -> int:
+def _field(spec: _F, buf: Buffer, pos: int, end: int, flexible: bool) -> int:
     kind = spec.kind
     if kind == "fixed":
         pos += spec.size
@@ -228,6 +230,6 @@ def _field(spec: _F, buf: bytes, pos: int, end: int, flexible: bool) -> int:
     return pos
 
 
-def check(cls: type[Any], buf: bytes, pos: int = 0) -> None:
+def check(cls: type[Any], buf: Buffer, pos: int = 0) -> None:
     """Raise GuardError if any declared length in the body exceeds the bytes present."""
     _walk(cls, buf, pos, len(buf), None)

@@ -33,7 +33,7 @@ class RequestHeader:
     client_id: str | None
 
 
-def parse_request_header_prefix(frame: bytes) -> tuple[RequestHeader, int]:
+def parse_request_header_prefix(frame: bytes | memoryview) -> tuple[RequestHeader, int]:
     """Parse the v1 part of a request header; return it and the offset after it."""
     if len(frame) < _FIXED.size:
         raise HeaderError(f"request of {len(frame)} bytes is shorter than a header")
@@ -45,7 +45,7 @@ def parse_request_header_prefix(frame: bytes) -> tuple[RequestHeader, int]:
         if end > len(frame):
             raise HeaderError("client_id runs past the end of the request")
         try:
-            client_id = frame[pos:end].decode("utf-8")
+            client_id = str(frame[pos:end], "utf-8")  # bytes or memoryview
         except UnicodeDecodeError as e:
             raise HeaderError("client_id is not valid UTF-8") from e
         pos = end
@@ -54,7 +54,7 @@ def parse_request_header_prefix(frame: bytes) -> tuple[RequestHeader, int]:
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
-def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -70,7 +70,7 @@ def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise HeaderError("varint too long")
 
 
-def skip_tagged_fields(buf: bytes, pos: int) -> int:
+def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)
@@ -81,7 +81,7 @@ def skip_tagged_fields(buf: bytes, pos: int) -> int:
     return pos
 
 
-def parse_request_header(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
+def parse_request_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
     header, pos = parse_request_header_prefix(frame)
     if flexible:
         pos = skip_tagged_fields(frame, pos)

@@ -73,8 +73,9 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 
 @functools.cache
-def _reader(cls: type[Entity]) -> Callable[[bytes, int], tuple[Entity, int]]:
-    return cast(Callable[[bytes, int], tuple[Entity, int]], entity_reader(cls))
+def _reader(cls: type[Entity]) -> Callable[[bytes | memoryview, int], tuple[Entity, int]]:
+    # kio reads any read-only buffer (the listener hands big requests on as memoryviews)
+    return cast(Callable[[bytes | memoryview, int], tuple[Entity, int]], entity_reader(cls))
 
 
 @functools.cache
@@ -82,7 +83,9 @@ def _writer(cls: type[Entity]) -> Callable[[io.BytesIO, Entity], None]:
     return cast(Callable[[io.BytesIO, Entity], None], entity_writer(cls))
 
 
-def decode(cls: type[Entity], buf: bytes, pos: int = 0, *, strict: bool = False) -> Entity:
+def decode(
+    cls: type[Entity], buf: bytes | memoryview, pos: int = 0, *, strict: bool = False
+) -> Entity:
     """Decode a body; truncation is a DecodeError.
 
     Trailing bytes after a complete body are ignored unless `strict`, as the Java
@@ -91,7 +94,7 @@ def decode(cls: type[Entity], buf: bytes, pos: int = 0, *, strict: bool = False)
     """
     if isinstance(cls, type) and issubclass(cls, HandWrittenMessage):
         try:
-            hand, end = cls.decode_body(buf, pos)
+            hand, end = cls.decode_body(bytes(buf), pos)  # small: copying costs nothing
         except (ValueError, IndexError) as e:
             raise DecodeError(f"malformed {cls.__name__}: {e}") from e
         if strict and end != len(buf):

@@ -1,7 +1,8 @@
 """Selects the optional C extension `tidegate.records._speedups` (see `_speedups.c`).
 
-When it imports, `record.py` decodes with its `decode_records`, and `builder.py` makes
-its `RecordBuffer` (`append` in C) the base class of `BatchBuilder`. Otherwise both use
+When it imports, `record.py` decodes with its `decode_records`, `scan.py` checks produced
+records with its `validate_records` (no objects built), and `builder.py` makes its
+`RecordBuffer` (`append` in C) the base class of `BatchBuilder`. Otherwise both use
 their own pure-Python code, which is always kept: it is the reference the C code must
 match. Setting the environment variable ``TIDEGATE_PURE_PYTHON`` to anything but "" or
 "0" forces the pure-Python code; it is read once, at import.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-__all__ = ["PURE_PYTHON_ENV", "SPEEDUPS", "RecordBuffer", "decode_records"]
+__all__ = ["PURE_PYTHON_ENV", "SPEEDUPS", "RecordBuffer", "decode_records", "validate_records"]
 
 PURE_PYTHON_ENV = "TIDEGATE_PURE_PYTHON"
 
@@ -23,15 +24,22 @@ _RecordTuple = tuple[int, int, bytes | None, bytes | None, tuple[_Header, ...]]
 
 decode_records: Callable[[bytes, int, int, int, int | None], list[_RecordTuple]] | None = None
 RecordBuffer: type | None = None
+# (min_timestamp, max_timestamp, first_bad_offset, null_keys); see _speedups.pyi
+validate_records: (
+    Callable[[bytes | bytearray | memoryview, int, int], tuple[int | None, int | None, int, int]]
+    | None
+) = None
 
 if os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
     try:
         from tidegate.records._speedups import RecordBuffer as _RecordBuffer
         from tidegate.records._speedups import decode_records as _decode_records
+        from tidegate.records._speedups import validate_records as _validate_records
     except ImportError:  # not built (or built from another version of the source)
         pass
     else:
         decode_records = _decode_records
         RecordBuffer = _RecordBuffer
+        validate_records = _validate_records
 
 SPEEDUPS = decode_records is not None

@@ -14,6 +14,11 @@
  *     builder._encode_record_py. Every argument is checked (and the headers encoded)
  *     before `buf` is touched, so an error leaves it unchanged.
  *
+ * validate_records(data, count, base_timestamp)
+ *     The checks of decode_records (same order, classes and messages) on any contiguous
+ *     buffer, read in place, building no record: what produce validation needs (the
+ *     timestamp range, the first out-of-order offset delta, the number of null keys).
+ *
  * RecordBuffer
  *     The base class of builder.BatchBuilder when this module is used: the records
  *     section plus `append` (range checks, encode_record, base / max timestamp
@@ -1332,6 +1337,234 @@ static PyType_Spec RecordBuffer_spec = {
 };
 
 /* ------------------------------------------------------------------------------------ */
+/* Validation without decoding                                                           */
+/* ------------------------------------------------------------------------------------ */
+
+/* Skip the headers of one record as decode_headers reads them, with the same checks and
+   errors, building nothing. (Header keys are decoded with surrogateescape there, which
+   accepts any bytes, so skipping them checks the same.) Returns 0 or -1 with an
+   exception set. */
+static int
+skip_headers(speedups_state *st, const unsigned char *d, int64_t n, int64_t *pos,
+             int64_t rec_end)
+{
+    int64_t p = *pos;
+    int64_t count, i;
+
+    if (read_varint(st, d, n, &p, &count) < 0) {
+        return -1;
+    }
+    if (count < 0 || count * 2 > rec_end - p) {
+        PyErr_Format(st->invalid, "invalid record header count %lld", (long long)count);
+        return -1;
+    }
+    for (i = 0; i < count; i++) {
+        int64_t key_len, value_len;
+
+        if (read_varint(st, d, n, &p, &key_len) < 0) {
+            return -1;
+        }
+        if (key_len < 0 || key_len > rec_end - p) {
+            PyErr_Format(st->invalid, "invalid record header key length %lld",
+                         (long long)key_len);
+            return -1;
+        }
+        p += key_len;
+        if (read_varint(st, d, n, &p, &value_len) < 0) {
+            return -1;
+        }
+        if (value_len >= 0) {
+            if (value_len > rec_end - p) {
+                PyErr_Format(st->invalid, "record header value length %lld overruns",
+                             (long long)value_len);
+                return -1;
+            }
+            p += value_len;
+        }
+        else if (value_len != -1) {
+            PyErr_Format(st->invalid, "invalid record header value length %lld",
+                         (long long)value_len);
+            return -1;
+        }
+    }
+    *pos = p;
+    return 0;
+}
+
+/* One key or value length field and its bytes: as decode_records, without the object. */
+static inline int
+skip_bytes_field(speedups_state *st, const unsigned char *d, int64_t n, int64_t *pos,
+                 int64_t rec_end, const char *what, int *truncated, int *is_null)
+{
+    int64_t len;
+    if (read_field(st, d, n, pos, 5, &len, truncated) < 0) {
+        return -1;
+    }
+    if (len >= 0) {
+        if (len > rec_end - *pos) {
+            PyErr_Format(st->invalid, "%s length %lld overruns its record", what,
+                         (long long)len);
+            return -1;
+        }
+        *pos += len;
+        *is_null = 0;
+        return 0;
+    }
+    if (len == -1) {
+        *is_null = 1;
+        return 0;
+    }
+    PyErr_Format(st->invalid, "invalid %s length %lld", what, (long long)len);
+    return -1;
+}
+
+PyDoc_STRVAR(validate_records_doc,
+"validate_records(data, count, base_timestamp, /)\n"
+"--\n"
+"\n"
+"Check the uncompressed records section `data` (any contiguous buffer, read in place)\n"
+"of a batch declaring `count` records as decode_records parses it, raising the same\n"
+"CorruptRecordError / InvalidRecordError, but build no record. Returns\n"
+"(min_timestamp, max_timestamp, first_bad_offset, null_keys): the smallest and largest\n"
+"base_timestamp + timestampDelta (-1, -1 without records; None, None if one does not\n"
+"fit in an int64), the index of the first record whose offsetDelta is not its index\n"
+"(-1 if none) and how many records have a null key.");
+
+static PyObject *
+validate_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    speedups_state *st = get_state(module);
+    PyObject *count_obj, *result = NULL;
+    Py_buffer view;
+    const unsigned char *d;
+    int64_t n, pos = 0, count, i, first_bad = -1, null_keys = 0;
+    long long base_ts, count_ll;
+    int64_t min_ts = INT64_MAX, max_ts = INT64_MIN;
+    int overflow = 0, ts_overflow = 0;
+
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError,
+                     "validate_records() takes exactly 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    count_obj = args[1];
+    if (!PyLong_Check(count_obj)) {
+        PyErr_Format(PyExc_TypeError, "validate_records() argument 2 must be int, not %.100s",
+                     Py_TYPE(count_obj)->tp_name);
+        return NULL;
+    }
+    base_ts = PyLong_AsLongLong(args[2]); /* a batch header's int64 field */
+    if (base_ts == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    d = (const unsigned char *)view.buf;
+    n = (int64_t)view.len;
+
+    count_ll = PyLong_AsLongLongAndOverflow(count_obj, &overflow);
+    if (count_ll == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    if (overflow > 0 || (!overflow && count_ll > n / MIN_RECORD_SIZE)) {
+        PyErr_Format(st->invalid,
+                     "batch declares %S records but has only %lld bytes of record data",
+                     count_obj, (long long)n);
+        goto done;
+    }
+    count = overflow < 0 || count_ll < 0 ? 0 : (int64_t)count_ll;
+
+    for (i = 0; i < count; i++) {
+        int64_t length, rec_start, rec_end, ts_delta, offset_delta, ts;
+        int truncated = 0, key_null = 0, value_null = 0;
+
+        if (read_field(st, d, n, &pos, 5, &length, &truncated) < 0) {
+            goto field_error;
+        }
+        rec_start = pos;
+        rec_end = pos + length;
+        if (length < MIN_RECORD_BODY) {
+            PyErr_Format(st->invalid, "invalid record length %lld at byte %lld",
+                         (long long)length, (long long)rec_start);
+            goto done;
+        }
+        if (rec_end > n) {
+            PyErr_Format(st->corrupt,
+                         "record at byte %lld of length %lld runs past the end of the "
+                         "record data (%lld bytes)",
+                         (long long)rec_start, (long long)length, (long long)n);
+            goto done;
+        }
+        pos += 1; /* attributes: unused by record v2 */
+        if (read_field(st, d, n, &pos, 10, &ts_delta, &truncated) < 0) {
+            goto field_error;
+        }
+        if (read_field(st, d, n, &pos, 5, &offset_delta, &truncated) < 0) {
+            goto field_error;
+        }
+        if (skip_bytes_field(st, d, n, &pos, rec_end, "key", &truncated, &key_null) < 0 ||
+            skip_bytes_field(st, d, n, &pos, rec_end, "value", &truncated, &value_null) < 0) {
+            goto field_error;
+        }
+        if (pos >= n) {
+            truncated = 1;
+            goto field_error;
+        }
+        if (d[pos] == 0) { /* headerCount 0: the common case */
+            pos += 1;
+        }
+        else if (skip_headers(st, d, n, &pos, rec_end) < 0) {
+            goto done;
+        }
+        if (pos != rec_end) {
+            PyErr_Format(st->invalid,
+                         "invalid record size: expected %lld bytes in record payload, "
+                         "read %lld",
+                         (long long)length, (long long)(pos - rec_start));
+            goto done;
+        }
+        if (first_bad < 0 && offset_delta != i) {
+            first_bad = i;
+        }
+        null_keys += key_null;
+        if (__builtin_add_overflow((int64_t)base_ts, ts_delta, &ts)) {
+            ts_overflow = 1; /* Python's ints would not overflow: the caller decodes */
+        }
+        else {
+            min_ts = ts < min_ts ? ts : min_ts;
+            max_ts = ts > max_ts ? ts : max_ts;
+        }
+        continue;
+
+    field_error:
+        if (truncated) {
+            PyErr_Format(st->corrupt, "record data truncated at byte %lld", (long long)pos);
+        }
+        goto done;
+    }
+    if (pos != n) {
+        PyErr_Format(st->invalid, "%lld bytes of record data left after the declared %S records",
+                     (long long)(n - pos), count_obj);
+        goto done;
+    }
+    if (ts_overflow) {
+        result = Py_BuildValue("(OOLL)", Py_None, Py_None, (long long)first_bad,
+                               (long long)null_keys);
+    }
+    else if (count == 0) {
+        result = Py_BuildValue("(iiLL)", -1, -1, (long long)first_bad, (long long)null_keys);
+    }
+    else {
+        result = Py_BuildValue("(LLLL)", (long long)min_ts, (long long)max_ts,
+                               (long long)first_bad, (long long)null_keys);
+    }
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* Module                                                                                */
 /* ------------------------------------------------------------------------------------ */
 
@@ -1340,6 +1573,8 @@ static PyMethodDef speedups_methods[] = {
      decode_records_doc},
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL,
      encode_record_doc},
+    {"validate_records", (PyCFunction)(void (*)(void))validate_records, METH_FASTCALL,
+     validate_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

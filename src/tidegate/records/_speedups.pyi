@@ -13,6 +13,9 @@ def decode_records(
     log_append_time: int | None,
     /,
 ) -> list[tuple[int, int, bytes | None, bytes | None, tuple[_Header, ...]]]: ...
+def validate_records(
+    data: _Buffer, count: int, base_timestamp: int, /
+) -> tuple[int | None, int | None, int, int]: ...
 def encode_record(
     buf: bytearray,
     offset_delta: int,

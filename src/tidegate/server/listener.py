@@ -6,7 +6,8 @@ starts only once request N's has finished, so N+1 sees everything N did — List
 the log start DeleteRecords moved, Metadata the topic CreateTopics made, OffsetFetch
 what OffsetCommit wrote. Requests are still read and decoded ahead (up to
 `queued.max.requests` unanswered ones, then reading pauses); only their handlers wait.
-Different connections run concurrently.
+Different connections run concurrently. Bytes come in through `FrameProtocol`
+(server/frame_stream.py), which reads big requests straight into their own buffers.
 
 One exception keeps group commit working: a handler whose effects are done and that
 only waits before answering calls `RequestContext.release()` (Produce does, after its
@@ -45,9 +46,10 @@ import functools
 import logging
 import socket
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from tidegate.protocol.framing import FrameDecoder, FrameError, encode_frame
+from tidegate.protocol.framing import FrameError, encode_frame
 from tidegate.protocol.headers import (
     API_VERSIONS_KEY,
     HeaderError,
@@ -67,6 +69,7 @@ from tidegate.protocol.sasl import SaslState
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.dispatch import Api
+from tidegate.server.frame_stream import Frame, FrameProtocol
 from tidegate.server.handlers.api_versions import api_keys_payload
 from tidegate.server.handlers.sasl import authenticate
 from tidegate.server.quotas.throttle import Mute, run_throttled
@@ -85,18 +88,14 @@ class Connection:
     def __init__(
         self,
         broker: Broker,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        stream: FrameProtocol,
         session: Session | None = None,
     ) -> None:
         self.broker = broker
         self.session = session
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
+        self.reader = self.writer = stream  # server/frame_stream.py: both sides
+        peer = stream.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        max_bytes = broker.config.get_int("socket.request.max.bytes", 104857600) or 104857600
-        self.decoder = FrameDecoder(max_bytes)
         limit = broker.config.get_int("queued.max.requests", 500) or 500
         self.pending: asyncio.Queue[Any] = asyncio.Queue(maxsize=limit)
         self.closed = False
@@ -117,24 +116,26 @@ class Connection:
                 pass
         writer_task = asyncio.create_task(self._write_loop())
         idle = (self.broker.config.get_int("connections.max.idle.ms", 600000) or 600000) / 1000
+        stream = self.reader
         try:
             while not self.closed:
+                if not stream.ready():  # no timer (wait_for's task) when data is there
+                    try:
+                        await asyncio.wait_for(stream.wait(), idle)
+                    except TimeoutError:
+                        log.info("closing idle connection from %s", self.peer)
+                        break
                 try:
-                    data = await asyncio.wait_for(self.reader.read(262144), idle)
-                except TimeoutError:
-                    log.info("closing idle connection from %s", self.peer)
-                    break
-                if not data:
-                    break
-                try:
-                    frames = self.decoder.feed(data)
+                    frames = stream.take()  # complete frames, read in place
                 except FrameError as e:
                     log.warning("closing connection from %s: %s", self.peer, e)
+                    break
+                if not frames:
                     break
                 for frame in frames:
                     try:
                         if self.session is not None and self.session.raw_tokens:
-                            self._raw_token(frame)
+                            self._raw_token(bytes(frame))
                             continue
                         await self._start(frame)
                     except ProtocolViolation as e:
@@ -152,7 +153,7 @@ class Connection:
                 log.exception("connection writer failed for %s", self.peer)
             self.writer.close()
 
-    async def _start(self, frame: bytes) -> None:
+    async def _start(self, frame: Frame) -> None:
         try:
             header, _ = parse_request_header_prefix(frame)
         except HeaderError as e:
@@ -317,6 +318,21 @@ class Connection:
         self.writer.close()
 
 
+def _start_server(
+    accept: Callable[[FrameProtocol], Coroutine[Any, Any, None]],
+    max_frame_bytes: int,
+    **kwargs: Any,
+) -> Awaitable[asyncio.base_events.Server]:
+    """asyncio.start_server, with a `FrameProtocol` (server/frame_stream.py) for each
+    connection instead of a StreamReader and StreamWriter: requests are read in place."""
+    loop = asyncio.get_running_loop()
+
+    def factory() -> FrameProtocol:
+        return FrameProtocol(accept, loop, max_frame_bytes=max_frame_bytes)
+
+    return loop.create_server(factory, **kwargs)
+
+
 class Listener:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -329,12 +345,12 @@ class Listener:
         self.bound_by_listener: dict[str, list[tuple[str, int]]] = {}
         for lis in self.broker.config.listeners():
             runtime = self.broker.listener_security[lis.name]
-            server = await asyncio.start_server(
+            server = await _start_server(
                 functools.partial(self._accept, runtime),
+                self.broker.config.get_int("socket.request.max.bytes", 104857600) or 104857600,
                 host=lis.host or None,
                 port=lis.port,
                 reuse_address=True,
-                limit=1 << 20,
                 # The loop runs the TLS handshake before _accept; a failed one closes the
                 # socket without reaching it.
                 ssl=runtime.tls.server_context() if runtime.tls is not None else None,
@@ -352,8 +368,7 @@ class Listener:
     async def _accept(
         self,
         runtime: ListenerSecurityRuntime,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        stream: FrameProtocol,
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -361,19 +376,19 @@ class Listener:
         name = runtime.sec.name
         self.open_by_listener[name] = self.open_by_listener.get(name, 0) + 1
         try:
-            session = await self._secure(runtime, writer)
+            session = await self._secure(runtime, stream)
             if session is None:
-                writer.close()
+                stream.close()
                 return
-            await Connection(self.broker, reader, writer, session).run()
+            await Connection(self.broker, stream, session).run()
         except asyncio.CancelledError:
-            writer.close()  # broker shutdown: close quietly
+            stream.close()  # broker shutdown: close quietly
         finally:
             self.connections.discard(task)
             self.open_by_listener[name] -= 1
 
     async def _secure(
-        self, runtime: ListenerSecurityRuntime, writer: asyncio.StreamWriter
+        self, runtime: ListenerSecurityRuntime, writer: FrameProtocol
     ) -> Session | None:
         """The connection's session (after the TLS handshake, on TLS listeners); None
         if the client certificate's subject maps to no principal (logged once)."""

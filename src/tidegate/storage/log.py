@@ -289,7 +289,7 @@ class Log(TransactionalLog, ReplicaLog):
         verification_guard: object = UNVERIFIED,
     ) -> AppendInfo:
         """Validate producer batches, check producer sequences, assign offsets, append.
-        No fsync. Every record is decoded once to be checked (`record_checks`).
+        No fsync. Every record is parsed once to be checked (`record_checks`).
 
         The whole request is rejected (nothing appended) if any batch is invalid; a
         producer's retry of a cached batch is answered with `duplicate` set. An
@@ -308,7 +308,7 @@ class Log(TransactionalLog, ReplicaLog):
             raise RecordListTooLargeError(
                 f"{len(view)} bytes of batches exceed segment.bytes ({cfg.segment_bytes})"
             )
-        checked = validate_records(view, found, cfg)  # decodes every record (record_checks)
+        checked = validate_records(view, found, cfg)  # parses every record (record_checks)
         return self._append(
             bytearray(view),
             found,

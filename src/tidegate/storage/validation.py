@@ -3,7 +3,7 @@
 `validate_producer_batches` runs before the log's lock is taken and before anything is
 copied: the whole request is rejected if any batch is bad (framing, magic, CRC, counts
 via `batch.validate_batch`; size against max.message.bytes; control batches; the shape
-of idempotent batches); then `record_checks.validate_records` decodes every record of
+of idempotent batches); then `record_checks.validate_records` checks every record of
 every batch (see there). `check_timestamps` (every record's CreateTime timestamp
 against message.timestamp.before/after.max.ms) runs under the lock after the producer-state
 check, as in Kafka, so the retry of a batch already written is answered as a duplicate
@@ -94,7 +94,7 @@ def check_timestamps(
     lo = now - before if before != LONG_MAX else None
     hi = now + after if after != LONG_MAX else None
     for batch in records or ():
-        if not batch.timestamps:
+        if not batch.count:  # not `timestamps`: that would decode them
             continue
         if (lo is None or batch.min_timestamp >= lo) and (hi is None or batch.max_timestamp <= hi):
             continue

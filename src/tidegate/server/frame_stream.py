@@ -1,0 +1,277 @@
+"""One client connection's transport side: Kafka frames read in place, responses written.
+
+asyncio's streams copy received bytes several times before a request is decoded: the
+transport makes a `bytes` of each read, `StreamReader` appends it to one growing buffer
+and copies it out again on `read()`, and the frame decoder joins a frame's pieces. On
+TLS, the SSL transport also allocates a 256 KiB object per TLS record it decrypts and
+joins the records. At 1 KiB produce over 1 MB requests those copies and allocations
+were the largest single cost of the broker's CPU after the fsyncs.
+
+`FrameProtocol` is an `asyncio.BufferedProtocol` instead: the transport (uvloop's TCP,
+and its SSL transport, which decrypts straight into the buffer it is given) reads into
+memory this class hands out, and it does the framing itself:
+
+- between frames it hands out a slice of a 64 KiB scratch buffer; a frame that lies
+  whole in it is copied out once (small requests). The scratch is dropped whenever the
+  connection waits with nothing half-received, so idle connections hold no buffer;
+- a frame of `BIG_FRAME` bytes or more gets a buffer of its own as soon as its size
+  prefix is known (the part already in the scratch is copied into it) and the rest is
+  read straight into that buffer: no copy. It is handed on as a read-only memoryview
+  (kio reads read-only buffers). A declared size above `UPFRONT_MAX` is not allocated
+  on the client's word: such a frame is collected piece by piece and joined once.
+
+A size prefix that is negative or above `max_frame_bytes` (socket.request.max.bytes)
+is a `FrameTooLargeError`, raised by `take` after the frames before it, as
+`protocol.framing.FrameDecoder` does (the caller closes the connection).
+
+Flow control as StreamReader's: frames not yet taken above `max_buffered` bytes pause
+reading; `take` resumes it. The writing side (`write`, `drain`, `close`, `is_closing`,
+`get_extra_info`) is the part of `asyncio.StreamWriter` the listener uses, with drain
+following the transport's pause/resume_writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable, Coroutine
+from typing import Any, cast
+
+from tidegate.protocol.framing import FrameTooLargeError
+
+__all__ = ["BIG_FRAME", "SCRATCH", "UPFRONT_MAX", "Frame", "FrameProtocol"]
+
+Frame = bytes | memoryview
+
+SCRATCH = 64 * 1024  # between frames, reads land here (the part of a big frame that
+# lands in it is copied once)
+BIG_FRAME = 16 * 1024  # frames this large get their own buffer, read in place
+UPFRONT_MAX = 16 * 1024 * 1024  # larger declared sizes are collected as they arrive
+
+_SIZE = struct.Struct(">i")
+
+
+class FrameProtocol(asyncio.BufferedProtocol):
+    """See the module docstring. `on_connect(self)` runs as a task once connected.
+
+    Deliberately not an `asyncio.Protocol` too (nor a StreamReaderProtocol): uvloop
+    calls `data_received` on any class that is one, and never `get_buffer`."""
+
+    def __init__(
+        self,
+        on_connect: Callable[[FrameProtocol], Coroutine[Any, Any, None]],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        max_frame_bytes: int = 104_857_600,
+        max_buffered: int = 2 << 20,
+    ) -> None:
+        self._on_connect = on_connect
+        self._loop = loop
+        self._max_frame = max_frame_bytes
+        self._max_buffered = max_buffered
+        self._view: memoryview | None = None  # the scratch, allocated when needed
+        self._lo = 0  # unparsed bytes of the scratch: [_lo, _hi)
+        self._hi = 0
+        self._big: bytearray | None = None  # a big frame being read in place
+        self._big_got = 0
+        self._parts: list[bytes] = []  # a frame over UPFRONT_MAX, as it arrives
+        self._parts_need = 0
+        self._frames: list[Frame] = []
+        self._queued = 0
+        self._frame_error: FrameTooLargeError | None = None
+        self._conn_error: Exception | None = None
+        self._eof = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._read_paused = False
+        self._write_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    # -- transport callbacks ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self.task = self._loop.create_task(self._on_connect(self))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self._conn_error is None:
+            self._conn_error = exc
+        self._eof = True
+        self._wake()
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)  # drain() sees the transport closing
+
+    def eof_received(self) -> bool | None:
+        self._eof = True
+        self._wake()
+        return None  # the transport closes itself
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big is not None:
+            return memoryview(self._big)[self._big_got :]
+        view = self._view
+        if view is None:
+            view = self._view = memoryview(bytearray(SCRATCH))
+        if self._frame_error is not None:  # the stream is unusable: discard what comes
+            self._lo = self._hi = 0
+        elif SCRATCH - self._hi < BIG_FRAME:  # move the unparsed tail to the front
+            # (a partial frame under BIG_FRAME, or a partial size prefix)
+            rest = bytes(view[self._lo : self._hi])
+            view[: len(rest)] = rest
+            self._lo, self._hi = 0, len(rest)
+        return view[self._hi :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        big = self._big
+        if big is not None:
+            self._big_got += nbytes
+            if self._big_got == len(big):
+                self._big = None
+                self._push(memoryview(big).toreadonly())
+            return
+        if self._frame_error is not None:
+            return
+        self._hi += nbytes
+        self._parse()
+
+    # -- framing -----------------------------------------------------------------------------
+
+    def _parse(self) -> None:
+        view, lo, hi = self._view, self._lo, self._hi
+        assert view is not None  # bytes arrived in it
+        if self._parts_need:  # a frame over UPFRONT_MAX: keep collecting it
+            take = min(self._parts_need, hi - lo)
+            self._parts.append(bytes(view[lo : lo + take]))
+            self._parts_need -= take
+            lo += take
+            if not self._parts_need:
+                self._push(b"".join(self._parts))
+                self._parts.clear()
+        while not self._parts_need and hi - lo >= 4:
+            (size,) = _SIZE.unpack_from(view, lo)
+            if size < 0 or size > self._max_frame:
+                self._frame_error = FrameTooLargeError(
+                    f"frame size {size} is outside 0..{self._max_frame} "
+                    "(socket.request.max.bytes)"
+                )
+                lo = hi = 0
+                self._wake()
+                break
+            end = lo + 4 + size
+            if end <= hi:  # whole in the scratch: one copy
+                self._push(bytes(view[lo + 4 : end]))
+                lo = end
+                continue
+            have = hi - lo - 4
+            if size > UPFRONT_MAX:  # not allocated on the client's word
+                self._parts.append(bytes(view[lo + 4 : hi]))
+                self._parts_need = size - have
+                lo = hi = 0
+            elif size >= BIG_FRAME:  # the rest is read straight into its own buffer
+                big = bytearray(size)
+                big[:have] = view[lo + 4 : hi]
+                self._big, self._big_got = big, have
+                lo = hi = 0
+            break
+        if lo == hi:
+            lo = hi = 0
+        self._lo, self._hi = lo, hi
+
+    def _push(self, frame: Frame) -> None:
+        self._frames.append(frame)
+        self._queued += len(frame)
+        self._wake()
+        if self._queued > self._max_buffered and not self._read_paused:
+            tr = self._transport
+            if tr is not None and not tr.is_closing():
+                tr.pause_reading()
+                self._read_paused = True
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- reading side (the connection) --------------------------------------------------------
+
+    def ready(self) -> bool:
+        """Whether `take` has something to give: frames, an error or the end."""
+        return bool(self._frames) or self._eof or self._frame_error is not None
+
+    async def wait(self) -> None:
+        """Until `ready()`."""
+        if self.ready():
+            return
+        if self._lo == self._hi:  # nothing half-received: an idle connection keeps no buffer
+            self._view = None
+            self._lo = self._hi = 0
+        waiter = self._waiter = self._loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def take(self) -> list[Frame]:
+        """The complete frames received and not yet taken, in order; [] at the end of
+        the stream. Raises FrameTooLargeError, or the connection's error, once the frames
+        before it are taken."""
+        frames = self._frames
+        if frames:
+            self._frames = []
+            self._queued = 0
+            if self._read_paused:
+                self._read_paused = False
+                tr = self._transport
+                if tr is not None and not tr.is_closing():
+                    tr.resume_reading()
+            return frames
+        if self._frame_error is not None:
+            raise self._frame_error
+        if self._conn_error is not None:
+            raise self._conn_error
+        return frames
+
+    # -- writing side (StreamWriter's methods the listener uses) -------------------------------
+
+    def write(self, data: bytes) -> None:
+        tr = self._transport
+        if tr is None or tr.is_closing():
+            return  # the peer is gone (uvloop raises on a closed transport); drain() says so
+        tr.write(data)
+
+    async def drain(self) -> None:
+        tr = self._transport
+        if tr is None or tr.is_closing():
+            await asyncio.sleep(0)  # as StreamWriter: let connection_lost run
+            raise ConnectionResetError("connection lost")
+        if self._write_paused:
+            waiter = self._drain_waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._drain_waiter = None
+            if tr.is_closing():
+                raise ConnectionResetError("connection lost")
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if self._transport is None:
+            return default
+        return self._transport.get_extra_info(name, default)

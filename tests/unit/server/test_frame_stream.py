@@ -1,0 +1,187 @@
+"""`server.frame_stream.FrameProtocol`: framing in get_buffer/buffer_updated, as a
+transport drives it (uvloop's TCP and SSL transports fill whatever buffer they are
+given, possibly only in part), without sockets; flow control and the writing side
+against a fake transport."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+from typing import Any
+
+import pytest
+
+from tidegate.protocol.framing import FrameTooLargeError
+from tidegate.server import frame_stream
+from tidegate.server.frame_stream import BIG_FRAME, SCRATCH, FrameProtocol
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.paused = False
+        self.closing = False
+        self.written: list[bytes] = []
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def close(self) -> None:
+        self.closing = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+
+async def _idle(_p: FrameProtocol) -> None:
+    return None
+
+
+def _proto(loop: asyncio.AbstractEventLoop, **kw: int) -> tuple[FrameProtocol, FakeTransport]:
+    p = FrameProtocol(_idle, loop, **kw)
+    tr = FakeTransport()
+    p.connection_made(tr)  # type: ignore[arg-type]
+    return p, tr
+
+
+def _deliver(p: FrameProtocol, data: bytes, rng: random.Random) -> None:
+    """As a transport: ask for a buffer, fill a random part of it."""
+    pos = 0
+    while pos < len(data):
+        buf = p.get_buffer(-1)
+        assert len(buf) > 0
+        n = min(len(buf), len(data) - pos, rng.choice([1, 3, 5, 100, 5000, 70_000, 1 << 20]))
+        buf[:n] = data[pos : pos + n]
+        p.buffer_updated(n)
+        pos += n
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _payloads(rng: random.Random) -> list[bytes]:
+    sizes = [0, 1, 7, 100, BIG_FRAME - 1, BIG_FRAME, BIG_FRAME + 1, 300_000]
+    return [rng.randbytes(rng.choice(sizes)) for _ in range(10)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_frames_come_out_whole_and_in_order(seed: int) -> None:
+    rng = random.Random(seed)
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        p, _tr = _proto(loop, max_buffered=1 << 40)
+        payloads = _payloads(rng)
+        _deliver(p, b"".join(map(_frame, payloads)), rng)
+        frames = p.take()
+        assert [bytes(f) for f in frames] == payloads
+        for f, payload in zip(frames, payloads):
+            # frames larger than the scratch were read in place (handed on read-only);
+            # small ones were copied out of it; between the two, either
+            if len(payload) >= SCRATCH:
+                assert isinstance(f, memoryview)
+            if len(payload) < BIG_FRAME:
+                assert isinstance(f, bytes)
+            if isinstance(f, memoryview):
+                assert f.readonly
+        assert p.take() == []
+        assert not p.ready()
+
+    asyncio.run(run())
+
+
+def test_frames_over_the_upfront_limit_are_collected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(frame_stream, "UPFRONT_MAX", 200_000)
+    rng = random.Random(1)
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        p, _tr = _proto(loop, max_buffered=1 << 40)
+        payloads = [rng.randbytes(500_000), b"after", rng.randbytes(200_001)]
+        _deliver(p, b"".join(map(_frame, payloads)), rng)
+        assert [bytes(f) for f in p.take()] == payloads
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("size", [-1, -333, 1001])
+def test_bad_size_fails_after_the_frames_before_it(size: int) -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        p, _tr = _proto(loop, max_frame_bytes=1000)
+        data = _frame(b"first") + struct.pack(">i", size) + b"junk" * 10
+        _deliver(p, data + _frame(b"never"), random.Random(2))
+        assert p.ready()
+        assert p.take() == [b"first"]
+        with pytest.raises(FrameTooLargeError, match=f"frame size {size}"):
+            p.take()
+
+    asyncio.run(run())
+
+
+def test_reading_pauses_until_frames_are_taken() -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        p, tr = _proto(loop, max_buffered=10_000)
+        _deliver(p, _frame(b"x" * 6000), random.Random(3))
+        assert not tr.paused
+        _deliver(p, _frame(b"y" * 6000), random.Random(3))
+        assert tr.paused
+        assert len(p.take()) == 2
+        assert not tr.paused
+
+    asyncio.run(run())
+
+
+def test_end_of_stream_and_connection_error() -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        p, _tr = _proto(loop)
+        _deliver(p, _frame(b"last") + b"\x00\x00", random.Random(4))  # a partial prefix
+        p.connection_lost(ConnectionResetError("reset"))
+        assert p.take() == [b"last"]
+        with pytest.raises(ConnectionResetError):
+            p.take()
+        q, _ = _proto(loop)
+        q.eof_received()
+        assert q.ready() and q.take() == []
+
+    asyncio.run(run())
+
+
+def test_wait_wakes_on_a_frame_and_drain_follows_the_transport() -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        p, tr = _proto(loop)
+        waiting = asyncio.ensure_future(p.wait())
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        _deliver(p, _frame(b"hello"), random.Random(5))
+        await asyncio.wait_for(waiting, 1)
+
+        p.write(b"answer")
+        await p.drain()  # not paused: returns at once
+        p.pause_writing()
+        draining = asyncio.ensure_future(p.drain())
+        await asyncio.sleep(0)
+        assert not draining.done()
+        p.resume_writing()
+        await asyncio.wait_for(draining, 1)
+        assert tr.written == [b"answer"]
+        assert p.get_extra_info("peername") == ("127.0.0.1", 1)
+
+        tr.closing = True
+        p.write(b"dropped")  # the peer is gone: no write, drain says so
+        assert tr.written == [b"answer"]
+        with pytest.raises(ConnectionResetError):
+            await p.drain()
+
+    asyncio.run(run())
