@@ -35,6 +35,7 @@ throughput when other work shares the machine, and of the broker during the run.
     .venv/bin/python bench/clients.py --records 1000000 --repeat 3
     .venv/bin/python bench/clients.py --tidegate-src ../old-checkout/src   # before/after
     .venv/bin/python bench/clients.py --clients tidegate,aiokafka --sizes 100
+    .venv/bin/python bench/clients.py --no-produce --tidegate-consumer queued.max.messages.kbytes=0
 """
 
 from __future__ import annotations
@@ -246,11 +247,17 @@ def produce_kafka_python(bootstrap: str, topic: str, n: int, size: int) -> Timin
 # the seconds from its first poll until it has them all.
 
 
+def _tidegate_consumer_config() -> dict[str, object]:
+    """Extra settings for Tidegate's consumers (--tidegate-consumer, via the env)."""
+    return dict(json.loads(os.environ.get("TIDEGATE_BENCH_CONSUMER", "{}")))
+
+
 def consume_tidegate(bootstrap: str, topic: str, n: int, parts: int) -> Timing:
     from tidegate.client import AsyncConsumer, TopicPartition
 
     async def main() -> Timing:
-        async with AsyncConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+        async with AsyncConsumer(_tidegate_consumer_config(), bootstrap_servers=bootstrap,
+                                 auto_offset_reset="earliest",
                                  max_poll_records=POLL_RECORDS) as c:
             c.assign([TopicPartition(topic, p) for p in range(parts)])
             got = 0
@@ -269,8 +276,8 @@ def consume_tidegate(bootstrap: str, topic: str, n: int, parts: int) -> Timing:
 def consume_tidegate_sync(bootstrap: str, topic: str, n: int, parts: int) -> Timing:
     from tidegate.client import Consumer, TopicPartition
 
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                  max_poll_records=POLL_RECORDS) as c:
+    with Consumer(_tidegate_consumer_config(), bootstrap_servers=bootstrap,
+                  auto_offset_reset="earliest", max_poll_records=POLL_RECORDS) as c:
         c.assign([TopicPartition(topic, p) for p in range(parts)])
         got = 0
         start = _now()
@@ -491,6 +498,10 @@ def main() -> None:
                     help="take the clients (Tidegate's and the bench's imports) from this "
                          "src directory, e.g. another checkout's, to compare before/after; "
                          "the broker always runs from this checkout")
+    ap.add_argument("--tidegate-consumer", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for Tidegate's consumers (Kafka's dotted key; "
+                         "repeatable), e.g. queued.max.messages.kbytes=0 to fetch one "
+                         "response at a time")
     ap.add_argument("--no-consume", action="store_true")
     ap.add_argument("--no-produce", action="store_true")
     # Internal: run one measurement in this process.
@@ -506,6 +517,8 @@ def main() -> None:
 
     from tests.integration.conftest import BrokerProcess
 
+    extra = dict(kv.split("=", 1) for kv in args.tidegate_consumer)
+    os.environ["TIDEGATE_BENCH_CONSUMER"] = json.dumps(extra)  # the workers inherit it
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     for c in clients:
         if c not in CLIENTS:
@@ -564,7 +577,8 @@ def main() -> None:
     print(f"workload: {args.partitions} partitions; "
           + ", ".join(f"{count(s):,} x {s} B" for s in sizes)
           + f"; acks=1, linger {LINGER_MS} ms, batch {BATCH_BYTES // 1024} KiB, no compression,"
-          f" idempotence off; best of {args.repeat}")
+          f" idempotence off; best of {args.repeat}"
+          + (f"; Tidegate consumer settings {extra}" if extra else ""))
     print()
     if produced:
         print("\n".join(table("produce (first send to last ack)", produced, clients, sizes)))

@@ -193,9 +193,7 @@ class AsyncConsumer:
         self._assignment.assign(tps)
         self._metadata.tracked |= {tp.topic for tp in tps}
         if self._fetcher is not None:
-            for tp in list(self._fetcher.buffered):
-                if tp not in self._assignment.partitions:
-                    self._fetcher.discard(tp)
+            self._fetcher.retain(self._assignment.partitions)
             self._fetcher.wakeup()
         self._iter_buf = [r for r in self._iter_buf[self._iter_pos:]
                           if (r.topic, r.partition) in self._assignment.partitions]
@@ -281,16 +279,17 @@ class AsyncConsumer:
 
     def _drain(self, fetcher: Fetcher, max_records: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
+        buffered = fetcher.buffered
         for tp in self._ready_partitions(fetcher):
-            if len(out) >= max_records:
-                break
-            pr = fetcher.buffered[tp]
-            position = pr.take(max_records - len(out), out)
-            if position is not None:
-                self._assignment.partitions[tp].position = position
-            if pr.exhausted:
-                del fetcher.buffered[tp]
-                fetcher.wakeup()
+            # A partition's next fetch may be waiting behind the records just read
+            # (fetcher.drained moves it up): keep reading it while there is room.
+            while len(out) < max_records and (pr := buffered.get(tp)) is not None:
+                position = pr.take(max_records - len(out), out)
+                if position is not None:
+                    self._assignment.partitions[tp].position = position
+                if not pr.exhausted:
+                    break
+                fetcher.drained(tp)
         return out
 
     async def _wait(self, fetcher: Fetcher, deadline: float) -> bool:
@@ -361,18 +360,19 @@ class AsyncConsumer:
             out: dict[TopicPartition, list[Record]] = {}
             taken = 0
             for tp in self._ready_partitions(fetcher):
-                if taken >= limit:
-                    break
-                pr = fetcher.buffered[tp]
-                records, position = pr.take_raw(limit - taken)
-                if position is not None:
-                    self._assignment.partitions[tp].position = position
-                if records:
-                    out[tp] = records
-                    taken += len(records)
-                if pr.exhausted:
-                    del fetcher.buffered[tp]
-                    fetcher.wakeup()
+                while taken < limit and (pr := fetcher.buffered.get(tp)) is not None:
+                    records, position = pr.take_raw(limit - taken)
+                    if position is not None:
+                        self._assignment.partitions[tp].position = position
+                    if records:
+                        if tp in out:
+                            out[tp].extend(records)
+                        else:
+                            out[tp] = records
+                        taken += len(records)
+                    if not pr.exhausted:
+                        break
+                    fetcher.drained(tp)
             if out or not await self._wait(fetcher, deadline):
                 return out
 

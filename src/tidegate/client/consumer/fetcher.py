@@ -1,20 +1,38 @@
-"""The consumer's background fetcher: keeps one fetch in flight per broker.
+"""The consumer's background fetcher: keeps fetches in flight to every broker it reads.
 
 A single task loops: reset positions that need it (ListOffsets, per
 ``auto.offset.reset`` or an explicit seek to beginning/end), then for every broker that
-leads a fetchable partition (assigned, not paused, position known, nothing buffered)
-and has no fetch outstanding, send a Fetch request in a task of its own. Results land
+leads a fetchable partition (assigned, not paused, position known, room in its queue)
+and has room for another fetch, send a Fetch request in a task of its own. Results land
 in `buffered` as `PartitionRecords`; errors that the application must see
 (OFFSET_OUT_OF_RANGE with ``auto.offset.reset=none``, corrupt data, authorization)
 are queued in `errors` for `poll()` to raise.
 
-This is what prefetching means here: as soon as `poll()` takes a partition's last
-buffered record, the loop is woken and fetches more while the application works.
+Fetching ahead (pipelining, as librdkafka does): a partition whose records from one
+fetch are still waiting in `buffered` is fetched again from where that fetch ended,
+and the answer waits in `_ahead` until `poll()` has read the first (`drained`). So the
+broker serves the next fetch while the application reads the last one, instead of the
+client idling for a round trip after each. At most one fetch per partition waits ahead,
+and none is sent while the consumer holds ``queued.max.messages.kbytes`` of fetched
+data or more (0 turns fetching ahead off): memory stays bounded by about two fetches
+per partition.
 
-One fetch covers all of a broker's fetchable partitions, and a broker has at most one
-fetch outstanding (as in Kafka: a broker serves a connection's requests in order). A
-fetch that could only long-poll (every partition in it caught up) is held back while
-another partition of that broker is still being read from the buffer, for at most
+A fetch is used only if its partition is still assigned (the same `PartitionState`),
+was not sought or reset since it was sent (`PartitionState.epoch`) and its offset is
+still where the partition's queue ends: a seek, a reset or a revocation while a fetch
+is in flight discards its answer. Errors in an answer fetched ahead are not acted on:
+the partition is fetched again once its position reaches that offset (`_no_ahead`), so
+OFFSET_OUT_OF_RANGE, corrupt data and the like surface when the application gets there,
+as without fetching ahead.
+
+One fetch covers all of a broker's fetchable partitions. A broker has at most
+`MAX_FETCHES_PER_BROKER` (2) fetches outstanding, for different partitions, and a
+second only when both will be answered at once (a partition in each is not caught up):
+a broker serves a connection's requests in order, so a fetch behind a long poll would
+wait ``fetch.max.wait.ms`` (with ``queued.max.messages.kbytes=0`` it is one, as in
+Kafka's consumer). A fetch that could only long-poll (every partition in it caught up)
+is held back while another partition of that broker is still being read from the
+buffer, for at most
 ``fetch.max.wait.ms``: otherwise a backlogged partition next to idle ones would be
 fetched once per ``fetch.max.wait.ms`` (see `Fetcher._draining_nodes`).
 
@@ -29,6 +47,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -40,6 +59,7 @@ from tidegate.client.consumer.state import (
     LATEST,
     Assignment,
     PartitionRecords,
+    PartitionState,
     parse_partition_records,
 )
 from tidegate.client.errors import NoOffsetForPartitionError
@@ -60,6 +80,14 @@ log = logging.getLogger("tidegate.client.consumer")
 
 FETCH = 1
 
+# What a fetch asked for a partition: its fetch offset, and the partition's state and
+# epoch then (see `_handle`).
+_Sent = tuple[int, PartitionState, int]
+
+# Fetches in flight to one broker: a second one (for other partitions) is written while
+# the broker still works on the first, so it never waits for a round trip in between.
+MAX_FETCHES_PER_BROKER = 2
+
 
 class Fetcher:
     """See the module docstring."""
@@ -70,11 +98,20 @@ class Fetcher:
         self.config = config
         self.metadata = metadata
         self.assignment = assignment
+        # What poll() reads: the oldest fetched, unread records per partition.
         self.buffered: dict[TopicPartition, PartitionRecords] = {}
+        # The partition's next fetch, taken while `buffered` was read (module docstring).
+        self._ahead: dict[TopicPartition, PartitionRecords] = {}
+        # Partitions whose fetch ahead failed: fetched again once their buffer drains.
+        self._no_ahead: set[TopicPartition] = set()
+        self._ahead_limit = config.queued_max_messages_kbytes * 1024
         self.errors: deque[BaseException] = deque()
         self.data_ready = asyncio.Event()
         self._wake = asyncio.Event()
-        self._in_flight: dict[int, asyncio.Task[None]] = {}
+        # node -> its fetches in flight, each with whether the broker answers it at once
+        # (`_eager`); at most MAX_FETCHES_PER_BROKER, see the module docstring
+        self._in_flight: dict[int, list[tuple[asyncio.Task[None], bool]]] = {}
+        self._refreshing: asyncio.Task[None] | None = None
         self._fetching: set[TopicPartition] = set()
         # node -> when a fetch to it was first held back (see `_draining_nodes`)
         self._deferred: dict[int, float] = {}
@@ -91,13 +128,39 @@ class Fetcher:
     def discard(self, tp: TopicPartition) -> None:
         """Forget buffered data of `tp` (after a seek or unassignment)."""
         self.buffered.pop(tp, None)
+        self._ahead.pop(tp, None)
+        self._no_ahead.discard(tp)
+
+    def retain(self, assigned: Mapping[TopicPartition, object]) -> None:
+        """Forget the data of every partition not in `assigned`."""
+        for tp in [*self.buffered, *self._ahead]:
+            if tp not in assigned:
+                self.discard(tp)
+
+    def drained(self, tp: TopicPartition) -> None:
+        """poll() has read all of `tp`'s buffered records (and moved its position past
+        them): its next fetch, if it came ahead, takes their place."""
+        self.buffered.pop(tp, None)
+        self._no_ahead.discard(tp)
+        nxt = self._ahead.pop(tp, None)
+        st = self.assignment.partitions.get(tp)
+        if nxt is not None and st is not None and st.position == nxt.fetch_offset:
+            self.buffered[tp] = nxt
+            self.data_ready.set()  # a poll that took nothing from the last must not wait
+        self.wakeup()
+
+    def _fetch_offset(self, tp: TopicPartition, st: PartitionState) -> int | None:
+        """Where `tp`'s next fetch starts: the end of its queue, else its position."""
+        queued = self._ahead.get(tp) or self.buffered.get(tp)
+        return queued.next_offset if queued is not None else st.position
 
     async def close(self) -> None:
         # The flag, not only cancel(): on Python 3.11 `asyncio.wait_for` swallows a
         # cancellation that arrives together with the wake-up that a cancelled fetch
         # sends from its `finally`, and `_run` would then loop on forever.
         self._closing = True
-        tasks = [t for t in (self._task, *self._in_flight.values()) if t is not None]
+        fetches = [t for running in self._in_flight.values() for t, _ in running]
+        tasks = [t for t in (self._task, self._refreshing, *fetches) if t is not None]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -178,9 +241,17 @@ class Fetcher:
         cache = self.metadata.cache
         by_node: dict[int, list[TopicPartition]] = {}
         missing_leader = False
+        room: bool | None = None  # below queued.max.messages.kbytes (computed lazily)
         for tp in self.assignment.fetchable():
-            if tp in self.buffered or tp in self._fetching:
+            if tp in self._fetching or tp in self._ahead:
                 continue
+            if tp in self.buffered:  # fetch ahead?
+                if tp in self._no_ahead:
+                    continue
+                if room is None:
+                    room = self._held_bytes() < self._ahead_limit
+                if not room:
+                    continue
             leader = cache.leader_for(tp)
             if leader is None:
                 missing_leader = True
@@ -188,16 +259,22 @@ class Fetcher:
             by_node.setdefault(leader, []).append(tp)
         if missing_leader:
             cache.request_update()
-        if cache.needs_update(self.metadata.now_ms()) and -1 not in self._in_flight:
+        if cache.needs_update(self.metadata.now_ms()) and self._refreshing is None:
             self.metadata.tracked |= {tp.topic for tp in self.assignment.partitions}
-            self._in_flight[-1] = asyncio.get_running_loop().create_task(self._refresh())
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
         delay = self.config.retry_backoff_ms / 1000 if missing_leader else None
         draining = self._draining_nodes() if by_node else set()
         now = time.monotonic()
         for node, tps in by_node.items():
-            if node in self._in_flight:
-                continue
-            if node in draining and all(self._caught_up(tp) for tp in tps):
+            eager = not all(self._caught_up(tp) for tp in tps)
+            running = self._in_flight.get(node)
+            if running:
+                # A second fetch queues behind the first in the broker: only when both
+                # are answered at once (never behind, nor as, a long poll).
+                if len(running) >= MAX_FETCHES_PER_BROKER or not self._ahead_limit or \
+                        not eager or not all(e for _, e in running):
+                    continue
+            elif node in draining and not eager:
                 # See `_draining_nodes`: wait for the buffered partition instead of
                 # parking this broker's connection in a long poll.
                 since = self._deferred.setdefault(node, now)
@@ -206,10 +283,31 @@ class Fetcher:
                     delay = left if delay is None else min(delay, left)
                     continue
             self._deferred.pop(node, None)
-            self._fetching.update(tps)
-            task = asyncio.get_running_loop().create_task(self._fetch(node, tps))
-            self._in_flight[node] = task
+            parts = self._split(tps) if eager and not running and self._ahead_limit else [tps]
+            for part in parts:
+                self._fetching.update(part)
+                task = asyncio.get_running_loop().create_task(self._fetch(node, part))
+                self._in_flight.setdefault(node, []).append((task, eager))
         return delay
+
+    def _split(self, tps: list[TopicPartition]) -> list[list[TopicPartition]]:
+        """A broker's partitions as two fetches, each with a partition not caught up
+        (so both are answered at once), if they make two: while the client reads one
+        answer, the broker already works on the other, and from then on each answer's
+        fetch ahead goes out while the other is in flight. Else as one fetch."""
+        if len(tps) < 2:
+            return [tps]
+        ready = [tp for tp in tps if not self._caught_up(tp)]
+        if len(ready) < 2:
+            return [tps]
+        waiting = set(ready)
+        rest = [tp for tp in tps if tp not in waiting]
+        first, second = ready[0::2], ready[1::2]
+        return [first + rest, second]
+
+    def _held_bytes(self) -> int:
+        return sum(pr.nbytes for pr in self.buffered.values()) + \
+            sum(pr.nbytes for pr in self._ahead.values())
 
     def _draining_nodes(self) -> set[int]:
         """Brokers leading a partition whose buffered records the application is still
@@ -235,13 +333,15 @@ class Fetcher:
         return nodes
 
     def _caught_up(self, tp: TopicPartition) -> bool:
-        """True if the last fetch said `tp` has nothing beyond its position (a fetch for
-        it alone would wait in the broker). Unknown (never fetched) counts as not."""
+        """True if the last fetch said `tp` has nothing beyond where its next fetch
+        starts (a fetch for it alone would wait in the broker). Unknown (never fetched)
+        counts as not."""
         st = self.assignment.partitions[tp]
         end = st.high_watermark
         if self.config.isolation and st.last_stable_offset >= 0:
             end = st.last_stable_offset  # read_committed stops at the LSO
-        return st.position is not None and 0 <= end <= st.position
+        start = self._fetch_offset(tp, st)
+        return start is not None and 0 <= end <= start
 
     async def _refresh(self) -> None:
         try:
@@ -250,19 +350,20 @@ class Fetcher:
             log.debug("metadata refresh failed: %s", e)
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
         finally:
-            self._in_flight.pop(-1, None)
+            self._refreshing = None
             self.wakeup()
 
     def _request(
         self, tps: list[TopicPartition]
-    ) -> tuple[dict[str, Any], dict[TopicPartition, int]]:
+    ) -> tuple[dict[str, Any], dict[TopicPartition, _Sent]]:
         cfg = self.config
-        offsets: dict[TopicPartition, int] = {}
+        offsets: dict[TopicPartition, _Sent] = {}
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp in tps:
-            pos = self.assignment.partitions[tp].position
+            st = self.assignment.partitions[tp]
+            pos = self._fetch_offset(tp, st)
             assert pos is not None
-            offsets[tp] = pos
+            offsets[tp] = (pos, st, st.epoch)
             topics.setdefault(tp.topic, []).append(
                 {
                     "partition": tp.partition,
@@ -305,10 +406,15 @@ class Fetcher:
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
         finally:
             self._fetching.difference_update(tps)
-            self._in_flight.pop(node, None)
+            me = asyncio.current_task()
+            running = [r for r in self._in_flight.get(node, ()) if r[0] is not me]
+            if running:
+                self._in_flight[node] = running
+            else:
+                self._in_flight.pop(node, None)
             self.wakeup()
 
-    def _handle(self, resp: Any, offsets: dict[TopicPartition, int]) -> None:
+    def _handle(self, resp: Any, offsets: dict[TopicPartition, _Sent]) -> None:
         code = getattr(resp, "error_code", ErrorCode.none)
         if code != ErrorCode.none:
             raise error_for_code(code.value, f"fetch failed: {code.name.upper()}")
@@ -320,11 +426,22 @@ class Fetcher:
                 continue
             for p in t.partitions:
                 tp = TopicPartition(topic, int(p.partition_index))
-                fetch_offset = offsets.get(tp)
+                sent = offsets.get(tp)
                 st = self.assignment.partitions.get(tp)
-                if fetch_offset is None or st is None or st.position != fetch_offset:
-                    continue  # unassigned or seeked meanwhile: the data is stale
+                if sent is None or st is None:
+                    continue
+                fetch_offset, sent_st, epoch = sent
+                if st is not sent_st or st.epoch != epoch or \
+                        self._fetch_offset(tp, st) != fetch_offset:
+                    continue  # unassigned, sought or reset meanwhile: the data is stale
                 code = p.error_code
+                ahead = tp in self.buffered  # fetched ahead of the position
+                if ahead and code != ErrorCode.none:
+                    # Acted on once the position gets there (module docstring).
+                    self._no_ahead.add(tp)
+                    if code in REFRESH_ERRORS:
+                        self.metadata.cache.request_update()
+                    continue
                 if code == ErrorCode.none:
                     st.high_watermark = int(p.high_watermark)
                     st.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
@@ -336,6 +453,9 @@ class Fetcher:
                             if self.config.isolation else None,
                         )
                     except (CorruptRecordError, InvalidRecordError) as e:
+                        if ahead:
+                            self._no_ahead.add(tp)
+                            continue
                         # As Kafka's consumer: raise from poll until the app seeks past.
                         st.blocked = True
                         self._report(
@@ -346,8 +466,11 @@ class Fetcher:
                         )
                         continue
                     if records.next_offset > fetch_offset:
-                        self.buffered[tp] = records
-                        got_data = True
+                        if ahead:
+                            self._ahead[tp] = records
+                        else:
+                            self.buffered[tp] = records
+                            got_data = True
                 elif code == ErrorCode.offset_out_of_range:
                     self._out_of_range(tp, fetch_offset)
                 elif code in REFRESH_ERRORS:

@@ -53,6 +53,9 @@ class PartitionState:
     # auto.offset.reset=none found no valid position: wait for seek() instead of
     # failing every fetch again.
     blocked: bool = False
+    # Bumped by every seek and reset: a fetch sent before it is stale when it returns,
+    # whatever offsets it carries (the fetcher compares epochs, see fetcher.py).
+    epoch: int = 0
 
 
 @dataclass
@@ -82,12 +85,14 @@ class Assignment:
         st.position = offset
         st.reset_to = None
         st.blocked = False
+        st.epoch += 1
 
     def request_reset(self, tp: TopicPartition, where: int) -> None:
         st = self.state(tp)
         st.position = None
         st.reset_to = where
         st.blocked = False
+        st.epoch += 1
 
     def needs_reset(self) -> list[TopicPartition]:
         return [tp for tp, st in self.partitions.items() if st.position is None and not st.blocked]
@@ -107,7 +112,8 @@ class PartitionRecords:
     each record costs one object of the caller's choosing when it is handed out: a
     `ConsumerRecord` from `take`, a `Record` from `take_raw`, and nothing more."""
 
-    __slots__ = ("_batch", "_batches", "_index", "fetch_offset", "next_offset", "tp")
+    __slots__ = ("_batch", "_batches", "_index", "fetch_offset", "nbytes", "next_offset",
+                 "tp")
 
     def __init__(
         self,
@@ -115,11 +121,13 @@ class PartitionRecords:
         fetch_offset: int,
         batches: list[tuple[int, list[RecordTuple]]],
         next_offset: int,
+        nbytes: int = 0,
     ) -> None:
         self.tp = tp
         self.fetch_offset = fetch_offset
         self._batches = batches  # (timestamp_type, records) per data batch, in order
         self.next_offset = next_offset
+        self.nbytes = nbytes  # fetched bytes (queued.max.messages.kbytes counts these)
         self._batch = 0
         self._index = 0
 
@@ -222,4 +230,4 @@ def parse_partition_records(
         if records[0][0] < fetch_offset:
             records = [r for r in records if r[0] >= fetch_offset]
         batches.append((header.timestamp_type, records))
-    return PartitionRecords(tp, fetch_offset, batches, next_offset)
+    return PartitionRecords(tp, fetch_offset, batches, next_offset, end)
