@@ -200,6 +200,9 @@ class ReadOptions:
     fail_on_data_loss: bool
     include_headers: bool
     poll_timeout_ms: int
+    # Tasks yield Arrow record batches (Tidegate's own option ``arrowBatches``, default
+    # true); false yields rows, the slower path kept to compare against.
+    arrow_batches: bool = True
 
     @property
     def consumer_config(self) -> dict[str, object]:
@@ -248,6 +251,7 @@ class ReadOptions:
             fail_on_data_loss=_bool_opt(opts, "failondataloss", True),
             include_headers=_bool_opt(opts, "includeheaders", False),
             poll_timeout_ms=_int_opt(opts, "kafkaconsumer.polltimeoutms", 1) or 120_000,
+            arrow_batches=_bool_opt(opts, "arrowbatches", True),
         )
 
 

@@ -12,7 +12,8 @@ read_committed the range holds offsets that are never returned (COMMIT/ABORT mar
 aborted records), so a read ends when the consumer's *position* reaches `end`, not
 when a record with offset ``end - 1`` arrives. Invariant: the rows are exactly the
 records with ``start <= offset < end`` that the isolation level makes visible, in offset
-order.
+order. `poll_range` reads them; `read_range` hands them to Spark as Arrow record batches
+(`arrow.records_to_batch`, one per poll) or, with ``arrowBatches=false``, as rows.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from tidegate.client import Consumer, TopicPartition
+from tidegate.client import Consumer, ConsumerRecord, TopicPartition
 
-__all__ = ["DataLossError", "OffsetRange", "RangePartition", "read_range", "split_ranges"]
+__all__ = ["DataLossError", "OffsetRange", "RangePartition", "poll_range", "read_range",
+           "split_ranges"]
 
 
 class DataLossError(RuntimeError):
@@ -50,12 +52,14 @@ class RangePartition(InputPartition):
     """One task's work; picklable, self-contained."""
 
     def __init__(self, rng: OffsetRange, consumer_config: dict[str, object],
-                 include_headers: bool, fail_on_data_loss: bool, poll_timeout_ms: int) -> None:
+                 include_headers: bool, fail_on_data_loss: bool, poll_timeout_ms: int,
+                 arrow: bool = True) -> None:
         self.rng = rng
         self.consumer_config = consumer_config
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
         self.poll_timeout_ms = poll_timeout_ms
+        self.arrow = arrow  # yield Arrow record batches (else rows)
 
     def __repr__(self) -> str:
         r = self.rng
@@ -86,8 +90,28 @@ def _timestamp(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def read_range(part: RangePartition) -> Iterator[tuple[Any, ...]]:
-    """Rows ``(key, value, topic, partition, offset, timestamp, timestampType[, headers])``."""
+def read_range(part: RangePartition) -> Iterator[Any]:
+    """What a task yields: Arrow record batches (`arrow.records_to_batch`), or rows
+    ``(key, value, topic, partition, offset, timestamp, timestampType[, headers])`` when
+    the read asked for ``arrowBatches=false``. Both carry the same records."""
+    if part.arrow:
+        from tidegate.spark.arrow import records_to_batch
+
+        r = part.rng
+        for records in poll_range(part):
+            yield records_to_batch(r.topic, r.partition, records, part.include_headers)
+        return
+    headers = part.include_headers
+    for records in poll_range(part):
+        for rec in records:
+            row = (rec.key, rec.value, rec.topic, rec.partition, rec.offset,
+                   _timestamp(rec.timestamp), rec.timestamp_type)
+            yield (*row, list(rec.headers)) if headers else row
+
+
+def poll_range(part: RangePartition) -> Iterator[list[ConsumerRecord]]:
+    """The records of ``[start, end)`` as the consumer's polls return them (non-empty
+    lists, in offset order, cut at `end`)."""
     r = part.rng
     if r.size == 0:
         return
@@ -106,7 +130,6 @@ def read_range(part: RangePartition) -> Iterator[tuple[Any, ...]]:
         consumer.assign([tp])
         consumer.seek(tp, start)
         deadline = time.monotonic() + part.poll_timeout_ms / 1000
-        headers = part.include_headers
         while consumer.position(tp) < r.end:
             records = consumer.poll(timeout_ms=min(500, part.poll_timeout_ms))
             if not records:
@@ -117,9 +140,9 @@ def read_range(part: RangePartition) -> Iterator[tuple[Any, ...]]:
                         f"{consumer.position(tp)}; an open transaction holds the LSO?)")
                 continue
             deadline = time.monotonic() + part.poll_timeout_ms / 1000
-            for rec in records:
-                if rec.offset >= r.end:
-                    return
-                row = (rec.key, rec.value, rec.topic, rec.partition, rec.offset,
-                       _timestamp(rec.timestamp), rec.timestamp_type)
-                yield (*row, list(rec.headers)) if headers else row
+            if records[-1].offset >= r.end:  # offsets ascend: cut at the first past end
+                records = [rec for rec in records if rec.offset < r.end]
+                if records:
+                    yield records
+                return
+            yield records

@@ -24,7 +24,7 @@ __all__ = ["TidegateBatchReader", "make_partitions"]
 def make_partitions(opts: ReadOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
     config = opts.consumer_config
     return [RangePartition(r, config, opts.include_headers, opts.fail_on_data_loss,
-                           opts.poll_timeout_ms)
+                           opts.poll_timeout_ms, opts.arrow_batches)
             for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)]
 
 
@@ -47,6 +47,6 @@ class TidegateBatchReader(DataSourceReader):
             ranges.append(OffsetRange(tp[0], tp[1], start[tp], end[tp]))
         return make_partitions(opts, ranges)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
         return read_range(partition)

@@ -124,10 +124,10 @@ class TidegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if rng.size > 0:
                 out.append(RangePartition(rng, config, opts.include_headers,
                                           opts.fail_on_data_loss and known,
-                                          opts.poll_timeout_ms))
+                                          opts.poll_timeout_ms, opts.arrow_batches))
         return out
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
         return read_range(partition)
 

@@ -1,0 +1,81 @@
+"""Consumed records as Arrow record batches, in the read schema (`source.read_schema`).
+
+PySpark (4.x) lets a data source reader yield ``pyarrow.RecordBatch`` objects instead of
+rows. For rows, Spark's Python worker runs a converter per value (a datetime per
+timestamp, a list per headers cell) and builds the Arrow batch itself; here each column
+is built once per poll from the records, in C loops where pyarrow has them:
+
+- ``key`` / ``value``: one ``pa.array`` over the records' bytes (None -> null), which
+  copies every value into one data buffer with an offsets buffer, no per-value converter;
+- ``topic`` / ``partition``: constant within a range, so `pa.repeat`;
+- ``timestamp``: Kafka milliseconds as int64, times 1,000 (Spark wants microseconds,
+  UTC), cast without an intermediate datetime;
+- ``headers`` (only with includeHeaders): the headers of all records flattened into one
+  struct array of (key, value) and cut per record by an offsets array.
+
+The schema must be exactly the one Spark derives from `read_schema`
+(`pyspark.sql.pandas.types.to_arrow_schema`, checked on the first batch by Spark):
+`arrow_schema` builds it the same way, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from itertools import accumulate
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tidegate.client import ConsumerRecord
+
+__all__ = ["arrow_schema", "records_to_batch"]
+
+_US_PER_MS = 1000
+
+
+@cache
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from tidegate.spark.source import read_schema
+
+    return to_arrow_schema(read_schema(include_headers), timezone="UTC")
+
+
+def _headers(records: Sequence[ConsumerRecord], list_type: pa.DataType) -> pa.Array:
+    keys: list[str] = []
+    values: list[bytes | None] = []
+    counts: list[int] = []
+    for r in records:
+        hs = r.headers
+        counts.append(len(hs))
+        for k, v in hs:
+            keys.append(k)
+            values.append(v)
+    struct_type = list_type.value_type
+    items = pa.StructArray.from_arrays(
+        [pa.array(keys, pa.string()), pa.array(values, pa.binary())],
+        fields=list(struct_type))
+    offsets = pa.array([0, *accumulate(counts)], pa.int32())
+    return pa.ListArray.from_arrays(offsets, items, type=list_type)
+
+
+def records_to_batch(topic: str, partition: int, records: Sequence[ConsumerRecord],
+                     include_headers: bool) -> pa.RecordBatch:
+    """One batch of `records` (all of `topic`-`partition`), in the read schema."""
+    schema = arrow_schema(include_headers)
+    n = len(records)
+    millis = pa.array([r.timestamp for r in records], pa.int64())
+    columns = [
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array([r.offset for r in records], pa.int64()),
+        pc.multiply(millis, _US_PER_MS).cast(schema.field("timestamp").type),
+        pa.array([r.timestamp_type for r in records], pa.int32()),
+    ]
+    if include_headers:
+        columns.append(_headers(records, schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
