@@ -20,7 +20,7 @@ from bisect import bisect_right
 from pathlib import Path
 
 from tidegate.storage.errors import CorruptIndexError
-from tidegate.storage.index_file import IndexFile
+from tidegate.storage.index_file import IndexFile, increasing
 
 __all__ = ["OffsetIndex"]
 
@@ -92,6 +92,9 @@ class OffsetIndex(IndexFile):
 
     def sanity_check(self, log_size: int) -> None:
         rel, pos = self._rel, self._pos
+        if not rel or (min(rel) >= 0 and min(pos) >= 0 and max(pos) < log_size
+                       and increasing(rel) and increasing(pos)):
+            return
         for i in range(len(rel)):
             if rel[i] < 0 or not 0 <= pos[i] < log_size:
                 raise CorruptIndexError(

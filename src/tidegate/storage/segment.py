@@ -17,6 +17,10 @@ Invariants:
   created with the segment; `txn_index_stale` says it must be rebuilt (missing, corrupt,
   or the segment was recovered), which needs the producer state, so the loader does it.
 
+Descriptors: the three files are opened through the process's bounded LRU
+(`file_cache.FILES`, `log.max.open.files`), each pinned for one operation; an idle
+segment's may be closed and are reopened at its next use.
+
 Thread-safety: all methods run under the owning log's lock, except `sync`, which a
 flusher thread may call concurrently with appends; it only fsyncs descriptors.
 """
@@ -41,6 +45,7 @@ from tidegate.records.batch import (
 from tidegate.storage.config import LogConfig
 from tidegate.storage.disk_space import disk_full_error
 from tidegate.storage.errors import CorruptIndexError
+from tidegate.storage.file_cache import FILES
 from tidegate.storage.files import INDEX_EXT, LOG_EXT, TIMEINDEX_EXT, TXNINDEX_EXT, segment_path
 from tidegate.storage.offset_index import OffsetIndex
 from tidegate.storage.time_index import NO_TIMESTAMP, TimeIndex
@@ -92,8 +97,10 @@ class LogSegment:
         time_path = segment_path(directory, base_offset, TIMEINDEX_EXT, suffix)
         self.indexes_missing = not (index_path.exists() and time_path.exists())
         flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if create else 0)
-        self._fd = os.open(self.log_path, flags, 0o644)
-        st = os.fstat(self._fd)
+        # through the process's LRU of descriptors (file_cache): pinned per operation
+        self._file = FILES.open(self.log_path, flags)
+        with self._file as fd:
+            st = os.fstat(fd)
         self.size = st.st_size
         self.created_ms = now_ms if create or not self.size else st.st_mtime_ns // 1_000_000
         self.offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
@@ -190,7 +197,7 @@ class LogSegment:
         self.first_batch_timestamp = None
         if self.size >= HEADER_SIZE:
             self.first_batch_timestamp = parse_header(
-                os.pread(self._fd, HEADER_SIZE, 0)
+                self._pread(HEADER_SIZE, 0)
             ).max_timestamp
 
     def recover(self, max_next_offset: int | None = None) -> int:
@@ -210,12 +217,12 @@ class LogSegment:
         while pos < end:
             rel = pos - buf_start
             if rel + LOG_OVERHEAD > len(buf):
-                buf, buf_start, rel = os.pread(self._fd, RECOVERY_CHUNK, pos), pos, 0
+                buf, buf_start, rel = self._pread(RECOVERY_CHUNK, pos), pos, 0
             size = peek_size(buf, rel)
             if size is None or size < HEADER_SIZE or size > end - pos:
                 break
             if rel + size > len(buf):
-                buf, buf_start, rel = os.pread(self._fd, max(size, RECOVERY_CHUNK), pos), pos, 0
+                buf, buf_start, rel = self._pread(max(size, RECOVERY_CHUNK), pos), pos, 0
             try:
                 header = check_batch(buf, rel)
             except CorruptRecordError as exc:
@@ -236,7 +243,8 @@ class LogSegment:
         truncated = end - pos
         if truncated:
             log.warning("%s: truncating %d bytes at position %d", self.log_path, truncated, pos)
-            os.ftruncate(self._fd, pos)
+            with self._file as fd:
+                os.ftruncate(fd, pos)
             self.size = pos
         self._dirty = True  # recovery rewrote the indexes; sync everything once
         self.time_index.maybe_append(
@@ -276,14 +284,16 @@ class LogSegment:
         view = memoryview(data)
         pos = start
         try:
-            while view:
-                n = os.pwrite(self._fd, view, pos)
-                view = view[n:]
-                pos += n
+            with self._file as fd:
+                while view:
+                    n = os.pwrite(fd, view, pos)
+                    view = view[n:]
+                    pos += n
         except OSError:
             if pos > start:
                 try:
-                    os.ftruncate(self._fd, start)  # shrinking needs no space
+                    with self._file as fd:
+                        os.ftruncate(fd, start)  # shrinking needs no space
                 except OSError as e:  # left for the next append or recovery to cut
                     log.warning("%s: cannot cut a partial write back to %d: %s",
                                 self.log_path, start, e)
@@ -357,7 +367,7 @@ class LogSegment:
         while pos + HEADER_SIZE <= end:
             rel = pos - buf_start
             if rel + HEADER_SIZE > len(buf):
-                buf, buf_start, rel = os.pread(self._fd, SCAN_CHUNK, pos), pos, 0
+                buf, buf_start, rel = self._pread(SCAN_CHUNK, pos), pos, 0
                 if len(buf) < HEADER_SIZE:
                     return
             header = parse_header(buf, rel)
@@ -378,7 +388,7 @@ class LogSegment:
         return self._scan_for(offset, position)
 
     def _header_at(self, position: int) -> BatchHeader | None:
-        raw = os.pread(self._fd, HEADER_SIZE, position)
+        raw = self._pread(HEADER_SIZE, position)
         if len(raw) < HEADER_SIZE:
             return None
         header = parse_header(raw)
@@ -407,7 +417,11 @@ class LogSegment:
         self._write_sparse_indexes()  # a read may get here: a full disk must not fail it
 
     def read(self, position: int, size: int) -> bytes:
-        return os.pread(self._fd, size, position)
+        return self._pread(size, position)
+
+    def _pread(self, size: int, position: int) -> bytes:
+        with self._file as fd:
+            return os.pread(fd, size, position)
 
     def read_batches(
         self, position: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
@@ -415,7 +429,7 @@ class LogSegment:
         """Whole batches from `position`: at most `max_bytes` (but the first batch whole
         when `min_one_batch`), stopping before a batch whose base offset >= max_offset."""
         end = self.size
-        chunk = os.pread(self._fd, min(max(max_bytes, LOG_OVERHEAD), end - position), position)
+        chunk = self._pread(min(max(max_bytes, LOG_OVERHEAD), end - position), position)
         cut = 0
         n = len(chunk)
         while cut + LOG_OVERHEAD <= n:
@@ -428,7 +442,7 @@ class LogSegment:
                 break
             if cut + size > n or cut + size > max_bytes:
                 if cut == 0 and min_one_batch:
-                    return os.pread(self._fd, size, position)
+                    return self._pread(size, position)
                 break
             cut += size
         if cut == n:
@@ -451,7 +465,8 @@ class LogSegment:
         """Max record timestamp, else the file's modification time (as Kafka does)."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return os.fstat(self._fd).st_mtime_ns // 1_000_000
+        with self._file as fd:
+            return os.fstat(fd).st_mtime_ns // 1_000_000
 
     # -- truncation, durability, lifecycle ---------------------------------------------
 
@@ -462,7 +477,8 @@ class LogSegment:
             return 0
         position, header = found
         cut = self.size - position
-        os.ftruncate(self._fd, position)
+        with self._file as fd:
+            os.ftruncate(fd, position)
         self.size = position
         self._dirty = True
         self.offset_index.truncate_to_position(position)
@@ -484,7 +500,8 @@ class LogSegment:
             return
         if self._dirty:
             self._dirty = False
-            os.fdatasync(self._fd)
+            with self._file as fd:
+                os.fdatasync(fd)
         self.offset_index.sync()
         self.time_index.sync()
         self.txn_index.sync()
@@ -492,8 +509,9 @@ class LogSegment:
     def rename_log(self, suffix: str) -> None:
         """Rename only the `.log` file (the cleaner's commit point is `X.log.swap`)."""
         new_log = segment_path(self.directory, self.base_offset, LOG_EXT, suffix)
-        os.replace(self.log_path, new_log)
-        self.log_path = new_log
+        with self._file:  # open across the rename: a flusher never reopens a stale path
+            os.replace(self.log_path, new_log)
+            self.log_path = self._file.path = new_log
 
     def rename(self, suffix: str) -> None:
         """Give the three files a new suffix ("" = live segment)."""
@@ -501,8 +519,9 @@ class LogSegment:
             index.rename(segment_path(self.directory, self.base_offset, ext, suffix))
         self.txn_index.rename(segment_path(self.directory, self.base_offset, TXNINDEX_EXT, suffix))
         new_log = segment_path(self.directory, self.base_offset, LOG_EXT, suffix)
-        os.replace(self.log_path, new_log)
-        self.log_path = new_log
+        with self._file:  # open across the rename: a flusher never reopens a stale path
+            os.replace(self.log_path, new_log)
+            self.log_path = self._file.path = new_log
         self.suffix = suffix
 
     def close(self) -> None:
@@ -510,10 +529,20 @@ class LogSegment:
             self.offset_index.close()
             self.time_index.close()
             self.closed = True
-            os.close(self._fd)
+            self._file.close()
+
+    def hold_open(self) -> None:
+        """Keep the descriptors open until `close`, out of the LRU's reach: the files are
+        about to be unlinked or their directory renamed, and a flush still running may
+        sync them (a descriptor reopened by path would not find them)."""
+        if not self.closed:
+            self._file.hold()
+            self.offset_index.hold_open()
+            self.time_index.hold_open()
 
     def delete_files(self) -> None:
         """Unlink the files (descriptors stay valid until `close`)."""
+        self.hold_open()
         paths = (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
         for path in paths:
             try:

@@ -98,6 +98,7 @@ class SegmentList:
     def retire(self, seg: LogSegment) -> None:
         """Close `seg` now, or when the last pin is released."""
         if self._pins:
+            seg.hold_open()  # its directory may be renamed before the pin ends
             self._retired.append(seg)
         else:
             seg.close()

@@ -20,7 +20,7 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from tidegate.storage.errors import CorruptIndexError
-from tidegate.storage.index_file import IndexFile
+from tidegate.storage.index_file import IndexFile, increasing
 
 __all__ = ["TimeIndex"]
 
@@ -94,6 +94,9 @@ class TimeIndex(IndexFile):
     def sanity_check(self, next_offset: int) -> None:
         ts, rel = self._ts, self._rel
         limit = next_offset - self.base_offset
+        if not ts or (min(rel) >= 0 and max(rel) < limit and increasing(ts)
+                      and increasing(rel, strict=False)):
+            return
         for i in range(len(ts)):
             if not 0 <= rel[i] < limit:
                 raise CorruptIndexError(
