@@ -27,6 +27,7 @@ def kbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
     b = BrokerProcess(tmp_path_factory.mktemp("kip848") / "data", overrides={
         "group.consumer.session.timeout.ms": "3000",
         "group.consumer.heartbeat.interval.ms": "300",
+        "group.initial.rebalance.delay.ms": "0",  # classic groups (the mixed-group test)
     })
     b.start()
     try:
@@ -149,3 +150,115 @@ def test_transactional_consume_transform_produce_commits_offsets(kbroker: Broker
     committed = c.committed(c.assignment(), 10)
     assert sum(tp.offset for tp in committed) == 24
     c.close()
+
+
+def test_regex_subscription_follows_a_topic_created_later(kbroker: BrokerProcess) -> None:
+    """librdkafka sends a `^`-prefixed subscription to the broker as SubscribedTopicRegex;
+    the broker resolves it, and again when a matching topic is created."""
+    _topic(kbroker, "rx-one", 12)
+    _topic(kbroker, "norx", 12)
+    c = _consumer(kbroker, "g-regex")
+    c.subscribe(["^rx-.*"])
+    try:
+        _poll_until([c], lambda g: len(g[0]) == 12 and len(c.assignment()) == PARTITIONS)
+        assert {tp.topic for tp in c.assignment()} == {"rx-one"}
+        _topic(kbroker, "rx-two", 12)  # created after the subscription
+        got = _poll_until([c], lambda g: len(g[0]) == 12
+                          and {tp.topic for tp in c.assignment()} == {"rx-one", "rx-two"})
+        assert got[0] == {str(i).encode() for i in range(12)}
+        admin = AdminClient({"bootstrap.servers": kbroker.bootstrap})
+        desc = admin.describe_consumer_groups(["g-regex"])["g-regex"].result(10)
+        assert {tp.topic for m in desc.members for tp in m.assignment.topic_partitions} == {
+            "rx-one", "rx-two"}
+    finally:
+        c.close()
+
+
+def test_tidegate_client_shares_a_group_with_librdkafka(kbroker: BrokerProcess) -> None:
+    """The Tidegate client's `group.protocol=consumer`: it and a librdkafka member split
+    the partitions disjointly, commit with their member epochs, and the Tidegate member's
+    partitions move to the other on close (revoked before anyone else gets them)."""
+    from tidegate.client import Consumer as TgConsumer
+
+    _topic(kbroker, "mixed-clients", 48)
+    events: list[tuple[str, list[int]]] = []
+
+    class Listener:
+        def on_partitions_revoked(self, ps: Any) -> None:
+            events.append(("revoked", sorted(p.partition for p in ps)))
+
+        def on_partitions_assigned(self, ps: Any) -> None:
+            events.append(("assigned", sorted(p.partition for p in ps)))
+
+    tg = TgConsumer(bootstrap_servers=kbroker.bootstrap, group_id="g-tgclient",
+                    group_protocol="consumer", auto_offset_reset="earliest",
+                    enable_auto_commit=False)
+    rd = _consumer(kbroker, "g-tgclient", **{"enable.auto.commit": False})
+    tg.subscribe(["mixed-clients"], listener=Listener())
+    rd.subscribe(["mixed-clients"])
+    got: tuple[set[bytes], set[bytes]] = (set(), set())
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            got[0].update(r.value for r in tg.poll(timeout_ms=50) if r.value is not None)
+            m = rd.poll(0.05)
+            if m is not None and m.error() is None:
+                got[1].add(m.value())
+            mine = {tp.partition for tp in tg.assignment()}
+            if (len(got[0] | got[1]) == 48 and mine and _parts(rd)
+                    and not mine & _parts(rd) and len(mine | _parts(rd)) == PARTITIONS):
+                break
+        else:
+            raise AssertionError(f"no disjoint split: {tg.assignment()} {rd.assignment()}")
+        assert got[0] | got[1] == {str(i).encode() for i in range(48)}
+        tg.commit()  # OffsetCommit v9 with the member epoch
+        committed = tg.committed(set(tg.assignment()))
+        assert all(v is not None for v in committed.values())
+        tg.close()
+        assert events[-1][0] == "revoked" and events[-1][1] == sorted(mine)
+        _poll_until([rd], lambda g: len(_parts(rd)) == PARTITIONS)
+    finally:
+        tg.close()
+        rd.close()
+
+
+def test_mixed_group_upgrade_and_downgrade(kbroker: BrokerProcess) -> None:
+    """A classic librdkafka consumer's group is upgraded online when a
+    `group.protocol=consumer` member joins: they split the partitions disjointly (the
+    classic member through JoinGroup/SyncGroup, served from the target assignment). The
+    consumer-protocol member leaving downgrades the group (the classic member gets
+    everything through a classic rebalance); another one upgrades it again, and then the
+    classic member leaves."""
+    _topic(kbroker, "mixed", 120)
+    classic = _consumer(kbroker, "g-mixed", **{"group.protocol": "classic",
+                                               "heartbeat.interval.ms": 300,
+                                               "session.timeout.ms": 6000})
+    classic.subscribe(["mixed"])
+    new: Consumer | None = None
+    try:
+        _poll_until([classic], lambda g: len(_parts(classic)) == PARTITIONS)
+        for _round in range(2):
+            new = _consumer(kbroker, "g-mixed")
+            new.subscribe(["mixed"])
+            pair = [classic, new]
+
+            def split(_g: Any, a: Consumer = classic, b: Consumer = new) -> bool:
+                return (bool(_parts(a)) and bool(_parts(b)) and not _parts(a) & _parts(b)
+                        and len(_parts(a) | _parts(b)) == PARTITIONS)
+
+            _poll_until(pair, split)
+            if _round == 0:  # downgrade: the classic member gets everything back
+                new.close()
+                new = None
+                _poll_until([classic], lambda g: len(_parts(classic)) == PARTITIONS)
+        assert new is not None
+        classic.close()
+        only = new
+        _poll_until([only], lambda g: len(_parts(only)) == PARTITIONS)
+        admin = AdminClient({"bootstrap.servers": kbroker.bootstrap})
+        desc = admin.describe_consumer_groups(["g-mixed"])["g-mixed"].result(10)
+        assert len(desc.members) == 1 and str(desc.type).endswith("CONSUMER")
+    finally:
+        classic.close()
+        if new is not None:
+            new.close()

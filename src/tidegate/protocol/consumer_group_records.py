@@ -26,24 +26,29 @@ __all__ = [
     "GROUP_METADATA",
     "MEMBER_METADATA",
     "PARTITION_METADATA",
+    "REGULAR_EXPRESSION",
     "TARGET_MEMBER",
     "TARGET_METADATA",
     "Assignment",
+    "ClassicMemberMetadata",
     "ConsumerGroupKey",
     "CurrentAssignmentValue",
     "MemberMetadataValue",
+    "RegexValue",
     "TopicMetadata",
     "decode_consumer_key",
     "decode_current_assignment",
     "decode_epoch",
     "decode_member_metadata",
     "decode_partition_metadata",
+    "decode_regex",
     "decode_target_member",
     "encode_consumer_key",
     "encode_current_assignment",
     "encode_epoch",
     "encode_member_metadata",
     "encode_partition_metadata",
+    "encode_regex",
     "encode_target_member",
 ]
 
@@ -53,7 +58,11 @@ MEMBER_METADATA = 5
 TARGET_METADATA = 6
 TARGET_MEMBER = 7
 CURRENT_ASSIGNMENT = 8
-_WITH_MEMBER = frozenset({MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT})
+REGULAR_EXPRESSION = 16
+_WITH_MEMBER = frozenset({MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT,
+                          REGULAR_EXPRESSION})
+_KINDS = frozenset({GROUP_METADATA, PARTITION_METADATA, TARGET_METADATA} | _WITH_MEMBER)
+_Q = struct.Struct(">q")
 
 _H = struct.Struct(">h")
 _I = struct.Struct(">i")
@@ -78,6 +87,16 @@ class TopicMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """Tagged field 0 of ConsumerGroupMemberMetadataValue: a member of a consumer group
+    that speaks the classic protocol (mixed groups): its session timeout and JoinGroup
+    protocols (name, ConsumerProtocolSubscription bytes)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -87,6 +106,17 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegexValue:
+    """ConsumerGroupRegularExpressionValue: the topics a regex resolved to, the
+    metadata version it was resolved at and when."""
+
+    topics: tuple[str, ...]
+    version: int
+    timestamp: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,12 +184,31 @@ def encode_partition_metadata(topics: dict[str, TopicMetadata]) -> bytes:
     return b"".join(parts)
 
 
+def _classic(c: ClassicMemberMetadata) -> bytes:
+    parts = [_I.pack(c.session_timeout_ms), _uvarint(len(c.protocols) + 1)]
+    for name, meta in c.protocols:
+        parts += [_cstr(name), _uvarint(len(meta) + 1), meta, b"\x00"]
+    parts.append(b"\x00")
+    return b"".join(parts)
+
+
 def encode_member_metadata(v: MemberMetadataValue) -> bytes:
+    tags = b"\x00"
+    if v.classic is not None:
+        body = _classic(v.classic)
+        tags = b"\x01\x00" + _uvarint(len(body)) + body  # one tagged field: tag 0
     return b"".join((
         _H.pack(0), _cstr(v.instance_id), _cstr(v.rack_id), _cstr(v.client_id),
         _cstr(v.client_host), _uvarint(len(v.subscribed_topic_names) + 1),
         *(_cstr(t) for t in v.subscribed_topic_names), _cstr(v.subscribed_topic_regex),
-        _I.pack(v.rebalance_timeout_ms), _cstr(v.server_assignor), b"\x00",
+        _I.pack(v.rebalance_timeout_ms), _cstr(v.server_assignor), tags,
+    ))
+
+
+def encode_regex(v: RegexValue) -> bytes:
+    return b"".join((
+        _H.pack(0), _uvarint(len(v.topics) + 1), *(_cstr(t) for t in sorted(v.topics)),
+        _Q.pack(v.version), _Q.pack(v.timestamp), b"\x00",
     ))
 
 
@@ -182,7 +231,7 @@ def decode_consumer_key(raw: bytes) -> ConsumerGroupKey | None:
     """The key, or None when it is not one of the consumer-group record types."""
     r = _Reader(raw)
     kind = r.int16()
-    if kind < GROUP_METADATA or kind > CURRENT_ASSIGNMENT:
+    if kind not in _KINDS:
         return None
     group = r.string()
     member = r.string() if kind in _WITH_MEMBER else None
@@ -251,9 +300,34 @@ def decode_member_metadata(raw: bytes) -> MemberMetadataValue:
     regex = r.nstring(compact=True)
     rebalance = r.int32()
     assignor = r.nstring(compact=True)
-    _end(r)
+    classic = None
+    for _ in range(r.uvarint()):  # tagged fields: 0 is ClassicMemberMetadata
+        tag, size = r.uvarint(), r.uvarint()
+        if tag != 0:
+            r._take(size)
+            continue
+        end = r.pos + size
+        session = r.int32()
+        protocols = []
+        for _ in range(r.array_len(compact=True)):
+            protocols.append((r.string(compact=True), r.bytes_(compact=True)))
+            r.skip_tags()
+        r.skip_tags()
+        if r.pos != end:
+            raise CoordinatorRecordError("ClassicMemberMetadata has the wrong size")
+        classic = ClassicMemberMetadata(session, tuple(protocols))
+    if r.pos != len(r.buf):
+        raise CoordinatorRecordError("trailing bytes after consumer group value")
     return MemberMetadataValue(instance, rack, client_id, host, topics, regex, rebalance,
-                               assignor)
+                               assignor, classic)
+
+
+def decode_regex(raw: bytes) -> RegexValue:
+    r = _value(raw)
+    topics = tuple(r.string(compact=True) for _ in range(r.array_len(compact=True)))
+    version, timestamp = r.int64(), r.int64()
+    _end(r)
+    return RegexValue(topics, version, timestamp)
 
 
 def decode_target_member(raw: bytes) -> Assignment:

@@ -24,8 +24,17 @@ from typing import TYPE_CHECKING, TypeVar
 
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import CONSUMER_OFFSETS
-from tidegate.coordinator.group import admin, consumer, membership, offsets, rebalance
+from tidegate.coordinator.group import (
+    admin,
+    consumer,
+    consumer_classic,
+    membership,
+    offsets,
+    rebalance,
+)
 from tidegate.coordinator.group.config import GroupConfig
+from tidegate.coordinator.group.consumer_model import ConsumerGroup
+from tidegate.coordinator.group.consumer_regex import TopicNames
 from tidegate.coordinator.group.messages import (
     DescribedGroup,
     HeartbeatRequest,
@@ -89,6 +98,8 @@ class GroupCoordinator:
             "compression.type": "producer",
         })
         self._tasks: set[asyncio.Task[object]] = set()
+        self._names_base = broker.clock.now_ms()
+        self._names = TopicNames(self._names_base, frozenset())
 
     @property
     def available(self) -> bool:
@@ -162,29 +173,68 @@ class GroupCoordinator:
                              code=ErrorCode.coordinator_not_available)
         return await self.shell.run(self.partition_for(group_id), op)
 
+    # Classic requests for a consumer group with members (a mixed group) are served by
+    # the consumer group (consumer_classic.py), unless group.consumer.migration.policy
+    # is "disabled".
+
+    def _mixed(self, s: GroupShard, group_id: str) -> ConsumerGroup | None:
+        if self.config.consumer_migration_policy == "disabled":
+            return None
+        return consumer_classic.serves(s, group_id)
+
     async def join(self, req: JoinRequest) -> JoinResponse:
-        return await self._run(req.group_id, lambda s, now, t: rebalance.join(s, req, t, now))
+        def op(s: GroupShard, now: int, t: int) -> Result[JoinResponse]:
+            if (cg := self._mixed(s, req.group_id)) is not None:
+                return consumer_classic.join(s, cg, req, self._topic, self._topic_names, now)
+            return rebalance.join(s, req, t, now)
+
+        return await self._run(req.group_id, op)
 
     async def sync(self, req: SyncRequest) -> SyncResponse:
-        return await self._run(req.group_id, lambda s, now, t: membership.sync(s, req, t, now))
+        def op(s: GroupShard, now: int, t: int) -> Result[SyncResponse]:
+            if (cg := self._mixed(s, req.group_id)) is not None:
+                return consumer_classic.sync(s, cg, req, now)
+            return membership.sync(s, req, t, now)
+
+        return await self._run(req.group_id, op)
 
     async def heartbeat(self, req: HeartbeatRequest) -> ErrorCode:
-        return await self._run(req.group_id, lambda s, now, _t: membership.heartbeat(s, req, now))
+        def op(s: GroupShard, now: int, _t: int) -> Result[ErrorCode]:
+            if (cg := self._mixed(s, req.group_id)) is not None:
+                return consumer_classic.heartbeat(s, cg, req, now)
+            return membership.heartbeat(s, req, now)
+
+        return await self._run(req.group_id, op)
 
     async def leave(self, req: LeaveRequest) -> LeaveResponse:
-        return await self._run(req.group_id, lambda s, now, _t: membership.leave(s, req, now))
+        def op(s: GroupShard, now: int, _t: int) -> Result[LeaveResponse]:
+            if (cg := self._mixed(s, req.group_id)) is not None:
+                return consumer_classic.leave(s, cg, req, now)
+            return membership.leave(s, req, now)
 
-    async def consumer_heartbeat(self, req: consumer.HeartbeatRequest
+        return await self._run(req.group_id, op)
+
+    def _topic(self, name: str) -> TopicMetadata | None:
+        t = self.broker.metadata.topic(name)
+        return None if t is None else TopicMetadata(t.topic_id, name, len(t.partitions))
+
+    async def consumer_heartbeat(self, req: consumer.HeartbeatRequest,
+                                 visible: Callable[[str], bool] = lambda _t: True
                                  ) -> consumer.HeartbeatResponse:
-        """ConsumerGroupHeartbeat (KIP-848); topic metadata from the broker's view."""
-        metadata = self.broker.metadata
-
-        def topics(name: str) -> TopicMetadata | None:
-            t = metadata.topic(name)
-            return None if t is None else TopicMetadata(t.topic_id, name, len(t.partitions))
-
+        """ConsumerGroupHeartbeat (KIP-848); topic metadata from the broker's view.
+        `visible`: the topics the member's principal may DESCRIBE (regex results)."""
         return await self._run(
-            req.group_id, lambda s, now, _t: consumer.heartbeat(s, req, topics, now))
+            req.group_id, lambda s, now, _t: consumer.heartbeat(
+                s, req, self._topic, now, self._topic_names, visible))
+
+    def _topic_names(self) -> TopicNames:
+        """The broker's topic names, with a version that changes when they do (asked
+        only by groups with regex subscriptions). Versions start at the wall clock so
+        they never repeat one a previous run wrote into a regex record."""
+        names = frozenset(self.broker.metadata.topic_names())
+        if names != self._names.names:
+            self._names = TopicNames(max(self._names.version + 1, self._names_base), names)
+        return self._names
 
     async def consumer_describe(self, group_ids: list[str]) -> list[dict[str, object]]:
         found: dict[str, dict[str, object]] = {}

@@ -249,9 +249,6 @@ KNOWN = {
         "(UNKNOWN_TOPIC_OR_PARTITION first); Tidegate creates it before answering",
     "create_topics_valid_and_exists step 2":
         "validate_only: Kafka returns a made-up topic id, Tidegate the zero id",
-    "offset_commit_unknown_group step 2":
-        "OffsetCommit v9+ to a group that does not exist with a generation: Kafka 4 "
-        "answers GROUP_ID_NOT_FOUND, Tidegate ILLEGAL_GENERATION (to fix)",
     "delete_groups_and_offsets step 5":
         "an Empty group whose last offset OffsetDelete removed: Kafka drops it at its next "
         "offsets cleanup, Tidegate at once (DeleteGroups: NONE vs GROUP_ID_NOT_FOUND)",

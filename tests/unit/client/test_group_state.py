@@ -138,6 +138,8 @@ def test_offset_commit_request_and_errors() -> None:
 
     assert commit_result(resp(0)) is None
     assert isinstance(commit_result(resp(22)), CommitFailedError)
+    gone = commit_result(resp(69))  # GROUP_ID_NOT_FOUND: OffsetCommit v9+, group gone
+    assert isinstance(gone, CommitFailedError) and gone.code == 69 and not gone.retriable
     assert isinstance(commit_result(resp(27)), RebalanceInProgressError)
     assert isinstance(commit_result(resp(82)), FencedInstanceIdError)
     err = commit_result(resp(16))

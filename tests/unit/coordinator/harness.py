@@ -141,9 +141,11 @@ class Harness:
 
     def commit(self, group: str, offsets_: dict[tuple[str, int], int], *, generation: int = -1,
                member_id: str = "", metadata: str = "", retention_ms: int = -1,
-               instance: str | None = None) -> dict[tuple[str, int], ErrorCode]:
+               instance: str | None = None, version: int = 8
+               ) -> dict[tuple[str, int], ErrorCode]:
         req = OffsetCommitRequest(group, generation, member_id, instance, retention_ms, tuple(
-            CommitPartition(t, p, o, -1, metadata) for (t, p), o in offsets_.items()))
+            CommitPartition(t, p, o, -1, metadata) for (t, p), o in offsets_.items()),
+            api_version=version)
         return dict(self.run(lambda s, now, _t: offsets.commit(s, req, now))[1])
 
     def fetch(self, group: str, partitions: list[tuple[str, int]] | None = None

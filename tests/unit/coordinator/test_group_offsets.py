@@ -70,6 +70,9 @@ def test_commit_validation_against_the_group(h: Harness) -> None:
     assert h.commit("g", {tp: 1}) == {tp: ErrorCode.unknown_member_id}  # -1 needs Empty
     assert h.commit("nog", {tp: 1}, generation=3, member_id="m") == {
         tp: ErrorCode.illegal_generation}
+    assert h.commit("nog", {tp: 1}, generation=3, member_id="m", version=9) == {
+        tp: ErrorCode.group_id_not_found}  # Kafka 4, OffsetCommit v9+
+    assert h.commit("nog", {tp: 1}, version=9) == {tp: OK}  # no generation: a simple group
     h.join_new("g", "c")  # PreparingRebalance: commits still allowed at the current gen
     assert h.commit("g", {tp: 2}, generation=1, member_id=a) == {tp: OK}
     ta, _ = h.join("g", a, client="a")

@@ -11,7 +11,8 @@
   ``group.id`` that assigns partitions by hand commits with generation -1, as Kafka's
   "simple" consumer groups do.
 - Error side effects: coordinator errors make the coordinator be looked up again;
-  ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID reset the member (for the generation the
+  ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / GROUP_ID_NOT_FOUND (OffsetCommit v9+: the
+  group is gone) / FENCED_MEMBER_EPOCH reset the member (for the generation the
   commit was sent in); REBALANCE_IN_PROGRESS asks for a rejoin; FENCED_INSTANCE_ID is
   fatal.
 - `fetch()` reads committed offsets, optionally accepting partial answers (partitions
@@ -115,7 +116,8 @@ class GroupCommits:
         m = self.membership
         if err.code in COORDINATOR_ERRORS:
             self.link.mark_unknown(str(err))
-        elif err.code in (ErrorCode.illegal_generation, ErrorCode.unknown_member_id):
+        elif err.code in (ErrorCode.illegal_generation, ErrorCode.unknown_member_id,
+                          ErrorCode.group_id_not_found, ErrorCode.fenced_member_epoch):
             if self._subscribed() and m.generation.generation_id == generation:
                 m.reset(f"offset commit: {err.name}")
                 self._wake_poll()

@@ -33,6 +33,7 @@ from tidegate.client.types import BrokerInfo
 from tidegate.common.errors import KafkaError, UnsupportedVersionError, error_for_code
 
 __all__ = [
+    "CONSUMER_GROUP_HEARTBEAT",
     "FIND_COORDINATOR",
     "GROUP_VERSIONS",
     "HEARTBEAT",
@@ -53,6 +54,7 @@ JOIN_GROUP = 11
 HEARTBEAT = 12
 LEAVE_GROUP = 13
 SYNC_GROUP = 14
+CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848 (group.protocol=consumer)
 
 # The versions this code reads and writes (kio's ranges, minus the KIP-848-era
 # OffsetCommit/OffsetFetch v10 and the JoinGroup versions Kafka 4 removed).
@@ -64,6 +66,7 @@ GROUP_VERSIONS: dict[int, tuple[int, int]] = {
     HEARTBEAT: (0, 4),
     LEAVE_GROUP: (0, 5),
     SYNC_GROUP: (0, 5),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
 }
 
 

@@ -1,4 +1,9 @@
-"""`ConsumerCoordinator`: the consumer's side of a consumer group (classic protocol).
+"""`ConsumerCoordinator`: the consumer's side of a consumer group.
+
+With ``group.protocol=consumer`` (KIP-848) the broker assigns and
+`consumer_protocol.ConsumerProtocolMember` heartbeats and reconciles (inside poll, with
+the listener, commits and committed-offset fetches below); otherwise the classic
+protocol, as follows.
 
 The consumer owns one when ``group.id`` is set. It finds the group coordinator
 (`coordinator_link`), joins and syncs (`join`), heartbeats (`heartbeat`), applies
@@ -37,6 +42,7 @@ from tidegate.assignors import lookup, rebalance_protocol
 from tidegate.assignors.registry import RebalanceProtocol
 from tidegate.client.config import ConsumerConfig
 from tidegate.client.consumer.commits import CommitCallback, GroupCommits, Offsets
+from tidegate.client.consumer.consumer_protocol import ConsumerProtocolMember
 from tidegate.client.consumer.coordinator_link import LEAVE_GROUP, CoordinatorLink
 from tidegate.client.consumer.group_offsets import FencedInstanceIdError, OffsetAndMetadata
 from tidegate.client.consumer.heartbeat import HeartbeatTask
@@ -93,11 +99,17 @@ class ConsumerCoordinator:
         self._polling = 0
         self._next_topic_scan = 0.0
         self._closed = False
+        self.kip848 = ConsumerProtocolMember(
+            config, self.link, self.membership, self.subscription, metadata,
+            lambda: set(self.assignment.partitions), revoke=self._revoke,
+            lose=self._lose, assign=self._assign, last_poll=self._poll_clock,
+            on_fatal=self._set_fatal, wake_poll=self.wakeup.set,
+        ) if config.group_protocol == "consumer" else None
         self.commits = GroupCommits(
             config, self.link, self.membership, assignment,
             subscribed=lambda: self.subscription.active,
-            joining=lambda: self._join is not None, on_fatal=self._set_fatal,
-            wake_poll=self.wakeup.set)
+            joining=lambda: self._join is not None or bool(self.kip848 and self.kip848.joining),
+            on_fatal=self._set_fatal, wake_poll=self.wakeup.set)
 
     # -- subscription ------------------------------------------------------------------
 
@@ -109,6 +121,8 @@ class ConsumerCoordinator:
         self.metadata.tracked |= self.subscription.literal
         self._next_topic_scan = 0.0
         self.membership.request_rejoin("subscription changed")
+        if self.kip848 is not None:
+            self.kip848.subscription_changed()
         self.wakeup.set()
 
     async def unsubscribe(self) -> None:
@@ -144,7 +158,11 @@ class ConsumerCoordinator:
         self.wakeup.clear()
         if self._fatal is not None:
             raise self._fatal
-        if self.subscription.active:
+        if self.subscription.active and self.kip848 is not None:
+            self.kip848.start()
+            await self.kip848.reconcile()
+            await self._refresh_committed(deadline)
+        elif self.subscription.active:
             self.heartbeat.start()
             await self._check_topics(deadline)
             await self._rebalance()
@@ -305,6 +323,31 @@ class ConsumerCoordinator:
         self.commits.next_auto_commit = (
             time.monotonic() + self.config.auto_commit_interval_ms / 1000)
 
+    # -- group.protocol=consumer: the reconciliation steps (consumer_protocol.py) -------
+
+    async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        if self.config.enable_auto_commit:
+            await self.commits.commit_quietly(self.commits.consumed(partitions),
+                                              "before revoking")
+        await self._release(partitions, "on_partitions_revoked")
+
+    async def _lose(self, partitions: set[TopicPartition]) -> None:
+        self.membership.partitions_lost = False
+        await self._release(partitions, "on_partitions_lost")
+
+    async def _assign(self, new: set[TopicPartition], added: set[TopicPartition]) -> None:
+        self._apply(sorted(new))
+        for tp in added:
+            st = self.assignment.partitions[tp]
+            if st.position is None:
+                st.blocked = True  # until its committed offset is known
+                self._awaiting.add(tp)
+        log.info("group %s: epoch %d: assigned %s", self.group_id,
+                 self.membership.generation.generation_id, _names(new))
+        self._note(await invoke(self.listener, "on_partitions_assigned", added))
+        self.commits.next_auto_commit = (
+            time.monotonic() + self.config.auto_commit_interval_ms / 1000)
+
     def _note(self, error: BaseException | None) -> None:
         if error is not None and self._callback_error is None:
             self._callback_error = error
@@ -384,6 +427,9 @@ class ConsumerCoordinator:
         """LeaveGroup (dynamic members only: a static member's partitions wait for it
         until ``session.timeout.ms``), then forget the membership."""
         m = self.membership
+        if self.kip848 is not None:
+            await self.kip848.leave(reason)
+            return
         if m.group_instance_id is None and m.member_id and self.link.known:
             try:
                 await self.link.request(LEAVE_GROUP, {
@@ -415,6 +461,8 @@ class ConsumerCoordinator:
                 await self._leave("the consumer is closing")
         finally:
             await self.heartbeat.stop()
+            if self.kip848 is not None:
+                await self.kip848.stop()
             await self.link.close()
             if self._callback_error is not None:
                 log.error("group %s: rebalance listener failed while closing: %r",

@@ -5,9 +5,11 @@ version lacks are ignored by `protocol.messages.build`; OffsetFetch v8+ nests th
 request under ``groups``). `commit_result` and `fetch_result` read the responses of
 any version and turn error codes into typed exceptions:
 
-- `CommitFailedError`: the group rebalanced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID)
-  or the consumer is not in it; the partitions may be someone else's now, so the
-  commit must not be retried as is.
+- `CommitFailedError`: the group rebalanced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID;
+  GROUP_ID_NOT_FOUND from OffsetCommit v9+ when the group itself is gone;
+  FENCED_MEMBER_EPOCH for a `group.protocol=consumer` member) or the consumer is not
+  in it; the partitions may be someone else's now, so the commit must not be retried
+  as is. (STALE_MEMBER_EPOCH is retried with the member's current epoch.)
 - `RebalanceInProgressError`: a rebalance is running; poll() to finish it, then commit.
 - `FencedInstanceIdError`: another consumer with the same ``group.instance.id``
   took over; fatal for this consumer.
@@ -35,6 +37,7 @@ __all__ = [
     "InvalidGroupIdError",
     "OffsetAndMetadata",
     "RebalanceInProgressError",
+    "StaleMemberEpochError",
     "commit_request",
     "commit_result",
     "fetch_request",
@@ -68,6 +71,17 @@ class FencedInstanceIdError(KafkaError):
     code = ErrorCode.fenced_instance_id
 
 
+class StaleMemberEpochError(KafkaError):
+    """A `group.protocol=consumer` commit sent with an epoch the member has since left
+    behind: retried with the current one (as Kafka's consumer does)."""
+
+    code = ErrorCode.stale_member_epoch
+
+    @property
+    def retriable(self) -> bool:
+        return True
+
+
 class InvalidGroupIdError(ConfigError):
     """A group API (subscribe, commit, committed) without ``group.id``."""
 
@@ -82,7 +96,10 @@ COORDINATOR_ERRORS = frozenset({
     ErrorCode.request_timed_out, ErrorCode.network_exception,
 })
 
-_REBALANCED = frozenset({ErrorCode.illegal_generation, ErrorCode.unknown_member_id})
+# GROUP_ID_NOT_FOUND: OffsetCommit v9+ (Kafka 4) with a generation to a group that is
+# gone; FENCED_MEMBER_EPOCH: a KIP-848 member fenced by the coordinator
+_REBALANCED = frozenset({ErrorCode.illegal_generation, ErrorCode.unknown_member_id,
+                         ErrorCode.group_id_not_found, ErrorCode.fenced_member_epoch})
 
 
 def group_error(code: ErrorCode, what: str) -> KafkaError:
@@ -96,6 +113,8 @@ def group_error(code: ErrorCode, what: str) -> KafkaError:
     if code == ErrorCode.rebalance_in_progress:
         return RebalanceInProgressError(
             f"{text}; call poll() to complete the rebalance, then commit again")
+    if code == ErrorCode.stale_member_epoch:
+        return StaleMemberEpochError(f"{text}; retrying with the member's current epoch")
     if code == ErrorCode.fenced_instance_id:
         return FencedInstanceIdError(
             f"{text}; another consumer joined with the same group.instance.id")

@@ -158,10 +158,10 @@ def describe_consumer(shard: GroupShard, group_ids: Iterable[str]
                 "rack_id": m.rack_id, "member_epoch": m.member_epoch,
                 "client_id": m.client_id, "client_host": m.client_host,
                 "subscribed_topic_names": list(m.subscribed_topic_names),
-                "subscribed_topic_regex": None,
+                "subscribed_topic_regex": m.subscribed_topic_regex,
                 "assignment": parts(m.assigned),
                 "target_assignment": parts(g.target.get(m.member_id, {})),
-                "member_type": 1,  # consumer protocol
+                "member_type": 0 if m.classic is not None else 1,  # classic / consumer
             } for m in g.members.values()],
         })
     return Result(out)

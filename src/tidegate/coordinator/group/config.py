@@ -26,6 +26,15 @@ class GroupConfig:
     consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
     consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+
+    @property
+    def upgrade(self) -> bool:
+        return self.consumer_migration_policy in ("bidirectional", "upgrade")
+
+    @property
+    def downgrade(self) -> bool:
+        return self.consumer_migration_policy in ("bidirectional", "downgrade")
 
     @classmethod
     def from_broker(cls, get_int: Callable[[str, int], int | None],
@@ -33,7 +42,9 @@ class GroupConfig:
         """Build from broker config accessors (`BrokerConfig.get_int`, `.get`)."""
         d = cls()
         assignors = d.consumer_assignors
+        policy = d.consumer_migration_policy
         if get is not None:
+            policy = (get("group.consumer.migration.policy", policy) or policy).lower()
             names = tuple(a.strip() for a in get("group.consumer.assignors", "").split(",")
                           if a.strip())
             assignors = names or assignors
@@ -61,4 +72,5 @@ class GroupConfig:
             consumer_heartbeat_interval_ms=val(
                 "group.consumer.heartbeat.interval.ms", d.consumer_heartbeat_interval_ms),
             consumer_assignors=assignors,
+            consumer_migration_policy=policy,
         )

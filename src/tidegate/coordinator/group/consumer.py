@@ -21,7 +21,9 @@ the member's rebalance timeout. Either expiring removes the member (its partitio
 become free) and bumps the group epoch.
 
 Topic metadata comes from `topics(name) -> TopicMetadata | None`, a lookup in the
-broker's in-memory metadata passed in by the caller (sans-IO).
+broker's in-memory metadata passed in by the caller (sans-IO); regex subscriptions
+(`SubscribedTopicRegex`) are resolved against `topic_names()` by `consumer_regex`, and
+a member's subscribed topics are its names plus what its regex resolved to.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from typing import TYPE_CHECKING
 
 from tidegate.assignors.server_side import ASSIGNORS
 from tidegate.common.errors import ErrorCode
+from tidegate.coordinator.group import consumer_regex, consumer_upgrade
 from tidegate.coordinator.group.consumer_model import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
 )
 from tidegate.coordinator.group.consumer_reconcile import Current, reconcile
+from tidegate.coordinator.group.consumer_regex import TopicNames
 from tidegate.coordinator.runtime import Record, Result
 from tidegate.protocol import consumer_group_records as cr
 from tidegate.protocol.consumer_group_records import (
@@ -56,11 +60,14 @@ __all__ = [
     "delete_group",
     "heartbeat",
     "on_deadline",
+    "remove_member",
     "replay",
+    "touch",
     "validate_offset_commit",
 ]
 
 TopicLookup = Callable[[str], TopicMetadata | None]
+NamesLookup = Callable[[], TopicNames]
 LEAVE, STATIC_LEAVE = -1, -2
 _STATES = {s.value: s for s in MemberState}
 
@@ -79,6 +86,7 @@ class HeartbeatRequest:
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    classic: cr.ClassicMemberMetadata | None = None  # a classic member (consumer_classic)
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,9 @@ def replay(shard: GroupShard, key: ConsumerGroupKey, value: bytes | None) -> Non
             group.assignment_epoch = 0
         elif key.kind == cr.TARGET_MEMBER and key.member is not None:
             group.target.pop(key.member, None)
+        elif key.kind == cr.REGULAR_EXPRESSION and key.member is not None:
+            group.regexes.pop(key.member, None)
+            group.regexes_checked.pop(key.member, None)
         elif key.kind == cr.CURRENT_ASSIGNMENT and key.member in group.members:
             m = group.members[key.member]
             group.set_current(m, 0, -1, MemberState.STABLE, {}, {})
@@ -125,6 +136,11 @@ def replay(shard: GroupShard, key: ConsumerGroupKey, value: bytes | None) -> Non
         group.topics = cr.decode_partition_metadata(value)
     elif key.kind == cr.TARGET_METADATA:
         group.assignment_epoch = cr.decode_epoch(value)
+    elif key.kind == cr.REGULAR_EXPRESSION:
+        if key.member is not None:  # the key's second string is the regex
+            rv = cr.decode_regex(value)
+            group.regexes[key.member] = rv
+            group.regexes_checked[key.member] = rv.version
     elif key.member is not None:
         m = group.member(key.member)
         if key.kind == cr.MEMBER_METADATA:
@@ -132,8 +148,10 @@ def replay(shard: GroupShard, key: ConsumerGroupKey, value: bytes | None) -> Non
             m.instance_id, m.rack_id, m.client_id, m.client_host = (
                 v.instance_id, v.rack_id, v.client_id, v.client_host)
             m.subscribed_topic_names = v.subscribed_topic_names
+            m.subscribed_topic_regex = v.subscribed_topic_regex or None
             m.rebalance_timeout_ms, m.server_assignor = v.rebalance_timeout_ms, v.server_assignor
             m.has_metadata = True
+            m.classic = v.classic
             if v.instance_id is not None:
                 group.static_members[v.instance_id] = m.member_id
         elif key.kind == cr.TARGET_MEMBER:
@@ -148,7 +166,15 @@ def replay(shard: GroupShard, key: ConsumerGroupKey, value: bytes | None) -> Non
 
 
 def _touch(shard: GroupShard, gid: str, mid: str, now: int) -> None:
-    shard.timers.schedule(("consumer", gid, mid), now + shard.config.consumer_session_timeout_ms)
+    """Renew a member's session (a classic member of a mixed group has its own)."""
+    group = shard.consumer_groups.get(gid)
+    m = group.members.get(mid) if group is not None else None
+    timeout = (m.classic.session_timeout_ms if m is not None and m.classic is not None
+               else shard.config.consumer_session_timeout_ms)
+    shard.timers.schedule(("consumer", gid, mid), now + timeout)
+
+
+touch = _touch
 
 
 def _cancel(shard: GroupShard, gid: str, mid: str) -> None:
@@ -171,8 +197,8 @@ def _key(kind: int, gid: str, mid: str | None = None) -> bytes:
 
 def _member_value(m: ConsumerMember) -> MemberMetadataValue:
     return MemberMetadataValue(m.instance_id, m.rack_id, m.client_id, m.client_host,
-                               m.subscribed_topic_names, None, m.rebalance_timeout_ms,
-                               m.server_assignor)
+                               m.subscribed_topic_names, m.subscribed_topic_regex,
+                               m.rebalance_timeout_ms, m.server_assignor, m.classic)
 
 
 def _current_record(gid: str, mid: str, c: Current) -> Record:
@@ -187,9 +213,18 @@ def _removal(gid: str, mid: str) -> list[Record]:
             (_key(cr.MEMBER_METADATA, gid, mid), None)]
 
 
-def remove_member(group: ConsumerGroup, mid: str) -> list[Record]:
-    """Fence/remove a member: its records go, and the group epoch moves."""
-    return [*_removal(group.group_id, mid),
+def remove_member(group: ConsumerGroup, mid: str, downgrade: bool = True, now: int = 0
+                  ) -> list[Record]:
+    """Fence/remove a member: its records go (and its regex's, if no one else uses
+    it), and the group epoch moves; or, when it was the last consumer-protocol member
+    of a mixed group, the whole group goes (`consumer_upgrade.downgrade`)."""
+    whole = consumer_upgrade.downgrade(group, mid, downgrade, now)
+    if whole is not None:
+        return whole
+    left = {m.subscribed_topic_regex for k, m in group.members.items() if k != mid}
+    unused = [(_key(cr.REGULAR_EXPRESSION, group.group_id, r), None)
+              for r in sorted(group.regexes) if r not in left]
+    return [*_removal(group.group_id, mid), *unused,
             (_key(cr.GROUP_METADATA, group.group_id), cr.encode_epoch(group.group_epoch + 1))]
 
 
@@ -206,25 +241,40 @@ def _error(code: ErrorCode, message: str, req: HeartbeatRequest) -> Result[Heart
     return Result(HeartbeatResponse(code, message, req.member_id or None, req.member_epoch))
 
 
-def heartbeat(shard: GroupShard, req: HeartbeatRequest, topics: TopicLookup, now: int
-              ) -> Result[HeartbeatResponse]:
+def _no_names() -> TopicNames:
+    return TopicNames(0, frozenset())
+
+
+def heartbeat(shard: GroupShard, req: HeartbeatRequest, topics: TopicLookup, now: int,
+              topic_names: NamesLookup = _no_names,
+              visible: Callable[[str], bool] = lambda _t: True) -> Result[HeartbeatResponse]:
     cfg = shard.config
     gid = req.group_id
     if not gid:
         return _error(ErrorCode.invalid_request, "GroupId can't be empty", req)
     classic = shard.groups.get(gid)
-    if classic is not None and (classic.members or classic.pending):
-        return _error(ErrorCode.group_id_not_found, f"group {gid} is a classic group", req)
-    if req.subscribed_topic_regex:  # librdkafka sends "" for none
-        return _error(ErrorCode.invalid_request,
-                      "SubscribedTopicRegex is not supported by this broker yet", req)
+    upgrading: list[Record] = []
+    group: ConsumerGroup | None = shard.consumer_groups.get(gid)
+    if classic is not None and (classic.members or classic.pending) and (
+            group is None or not group.members):
+        if req.member_epoch != 0:
+            return _error(ErrorCode.unknown_member_id, f"unknown member {req.member_id}", req)
+        converted = consumer_upgrade.upgrade(classic, topics, cfg.upgrade)
+        if isinstance(converted, str):
+            return _error(ErrorCode.group_id_not_found, converted, req)
+        group, upgrading = converted
+    if req.subscribed_topic_regex:  # "" clears the regex (librdkafka sends it for none)
+        why = consumer_regex.regex_error(req.subscribed_topic_regex)
+        if why is not None:
+            return _error(ErrorCode.invalid_regular_expression, why, req)
     if req.server_assignor is not None and req.server_assignor not in cfg.consumer_assignors:
         return _error(ErrorCode.unsupported_assignor,
                       f"assignor {req.server_assignor} is not one of "
                       f"{', '.join(cfg.consumer_assignors)}", req)
-    group = shard.consumer_groups.get(gid) or ConsumerGroup(gid)
+    group = group or ConsumerGroup(gid)
     out: Result[HeartbeatResponse] = Result(HeartbeatResponse(ErrorCode.none))
     records = out.records
+    records += upgrading  # an online upgrade of a classic group comes first
     mid = req.member_id
     epoch = group.group_epoch
     replaced: ConsumerMember | None = None
@@ -239,15 +289,15 @@ def heartbeat(shard: GroupShard, req: HeartbeatRequest, topics: TopicLookup, now
                 STATIC_LEAVE, member.member_epoch, member.state, member.assigned,
                 member.pending_revocation)))
         else:
-            records += remove_member(group, mid)
+            records += remove_member(group, mid, cfg.downgrade, now)
         out.response = HeartbeatResponse(ErrorCode.none, None, mid, req.member_epoch,
                                          cfg.consumer_heartbeat_interval_ms)
         return out
 
     if req.member_epoch == 0:
-        if req.subscribed_topic_names is None:
-            return _error(ErrorCode.invalid_request,
-                          "SubscribedTopicNames must be set in the first heartbeat", req)
+        if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+            return _error(ErrorCode.invalid_request, "SubscribedTopicNames or "
+                          "SubscribedTopicRegex must be set in the first heartbeat", req)
         if req.rebalance_timeout_ms < 0:
             return _error(ErrorCode.invalid_request,
                           "RebalanceTimeoutMs must be set in the first heartbeat", req)
@@ -272,6 +322,7 @@ def heartbeat(shard: GroupShard, req: HeartbeatRequest, topics: TopicLookup, now
             # the same member id rejoining from scratch (e.g. after being fenced): it
             # owns nothing any more
             member.subscribed_topic_names = old.subscribed_topic_names
+            member.subscribed_topic_regex = old.subscribed_topic_regex
     else:
         found = group.members.get(mid)
         if found is None:
@@ -299,10 +350,14 @@ def heartbeat(shard: GroupShard, req: HeartbeatRequest, topics: TopicLookup, now
         subscribed_topic_names=(tuple(sorted(set(req.subscribed_topic_names)))
                                 if req.subscribed_topic_names is not None
                                 else member.subscribed_topic_names),
+        subscribed_topic_regex=(req.subscribed_topic_regex or None
+                                if req.subscribed_topic_regex is not None
+                                else member.subscribed_topic_regex),
         rebalance_timeout_ms=(req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0
                               else member.rebalance_timeout_ms),
         server_assignor=(req.server_assignor if req.server_assignor is not None
                          else member.server_assignor),
+        classic=req.classic if req.classic is not None else member.classic,
     )
     bump = False
     if replaced is not None:
@@ -312,12 +367,20 @@ def heartbeat(shard: GroupShard, req: HeartbeatRequest, topics: TopicLookup, now
             or not old.has_metadata:
         records.append((_key(cr.MEMBER_METADATA, gid, mid),
                         cr.encode_member_metadata(_member_value(upd))))
-        bump = (is_new and replaced is None) or (
-            old is not None and old.subscribed_topic_names != upd.subscribed_topic_names)
+        bump = (is_new and replaced is None) or (old is not None and (
+            old.subscribed_topic_names != upd.subscribed_topic_names
+            or old.subscribed_topic_regex != upd.subscribed_topic_regex))
     members = {k: v for k, v in group.members.items()
                if replaced is None or k != replaced.member_id}
     members[mid] = upd
-    names = {t for m in members.values() for t in m.subscribed_topic_names}
+    regexes, regex_records = consumer_regex.refresh(
+        group, (m.subscribed_topic_regex or "" for m in members.values()), topic_names,
+        visible, now)
+    if any(v is not None for _k, v in regex_records):
+        bump = True  # a regex now stands for other topics: new target assignment
+    records += regex_records
+    subs = {k: _subscription(m, regexes) for k, m in members.items()}
+    names = {t for ts in subs.values() for t in ts}
     meta = {n: t for n in sorted(names) if (t := topics(n)) is not None}
     if meta != group.topics:
         records.append((_key(cr.PARTITION_METADATA, gid), cr.encode_partition_metadata(meta)))
@@ -333,7 +396,7 @@ def heartbeat(shard: GroupShard, req: HeartbeatRequest, topics: TopicLookup, now
         records.append((_key(cr.TARGET_MEMBER, gid, mid), cr.encode_target_member(targets[mid])))
     target_epoch = group.assignment_epoch
     if epoch > group.assignment_epoch:
-        new = _compute_target(cfg.consumer_assignors, members, meta, targets)
+        new = _compute_target(cfg.consumer_assignors, members, subs, meta, targets)
         for k in sorted(new):
             if new[k] != targets.get(k) or k not in group.target:
                 records.append((_key(cr.TARGET_MEMBER, gid, k), cr.encode_target_member(new[k])))
@@ -367,9 +430,16 @@ def heartbeat(shard: GroupShard, req: HeartbeatRequest, topics: TopicLookup, now
     return out
 
 
+def _subscription(m: ConsumerMember, regexes: dict[str, cr.RegexValue]) -> frozenset[str]:
+    names = frozenset(m.subscribed_topic_names)
+    if m.subscribed_topic_regex and m.subscribed_topic_regex in regexes:
+        names |= frozenset(regexes[m.subscribed_topic_regex].topics)
+    return names
+
+
 def _compute_target(assignors: tuple[str, ...], members: dict[str, ConsumerMember],
-                    meta: dict[str, TopicMetadata], targets: dict[str, Assignment]
-                    ) -> dict[str, Assignment]:
+                    subs: dict[str, frozenset[str]], meta: dict[str, TopicMetadata],
+                    targets: dict[str, Assignment]) -> dict[str, Assignment]:
     """Run the assignor (the most requested by the members, else the first configured)."""
     wanted = [m.server_assignor for m in members.values() if m.server_assignor in ASSIGNORS]
     name = max(sorted(set(wanted)), key=wanted.count) if wanted else (
@@ -378,7 +448,7 @@ def _compute_target(assignors: tuple[str, ...], members: dict[str, ConsumerMembe
     current = {mid: {by_id[tid]: ps for tid, ps in a.items() if tid in by_id}
                for mid, a in targets.items() if mid in members}
     result = ASSIGNORS[name](
-        {mid: frozenset(m.subscribed_topic_names) for mid, m in members.items()},
+        {mid: subs[mid] for mid in members},
         {n: t.partitions for n, t in meta.items()}, current)
     return {mid: {meta[n].topic_id: ps for n, ps in a.items()} for mid, a in result.items()}
 
@@ -395,7 +465,7 @@ def on_deadline(shard: GroupShard, key: Hashable, now: int) -> Result[None]:
     member = group.members[mid]
     if kind == "consumer-revoke" and member.state is not MemberState.UNREVOKED_PARTITIONS:
         return out
-    out.records = remove_member(group, mid)
+    out.records = remove_member(group, mid, shard.config.downgrade, now)
     return out
 
 
@@ -412,6 +482,8 @@ def validate_offset_commit(group: ConsumerGroup, member_id: str, member_epoch: i
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.unknown_member_id
+    if member.classic is not None and member_epoch != member.member_epoch:
+        return ErrorCode.illegal_generation  # a classic member: its epoch is its generation
     if member_epoch > member.member_epoch:
         return ErrorCode.fenced_member_epoch
     if member_epoch < member.member_epoch:

@@ -19,7 +19,12 @@ import enum
 import uuid
 from dataclasses import dataclass, field
 
-from tidegate.protocol.consumer_group_records import Assignment, TopicMetadata
+from tidegate.protocol.consumer_group_records import (
+    Assignment,
+    ClassicMemberMetadata,
+    RegexValue,
+    TopicMetadata,
+)
 
 __all__ = [
     "MEMBER_TRANSITIONS",
@@ -96,6 +101,7 @@ class ConsumerMember:
     client_id: str = ""
     client_host: str = ""
     subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None  # resolved in ConsumerGroup.regexes
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
     member_epoch: int = 0
@@ -104,6 +110,8 @@ class ConsumerMember:
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
     has_metadata: bool = False  # a MemberMetadata record was replayed
+    # a classic-protocol member of this consumer group (mixed groups, consumer_classic.py)
+    classic: ClassicMemberMetadata | None = None
 
 
 class ConsumerGroup:
@@ -116,6 +124,10 @@ class ConsumerGroup:
         self.target: dict[str, Assignment] = {}  # member id -> target assignment
         self.owners: dict[TopicPartitionId, str] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
+        # regex subscriptions (consumer_regex.py): regex -> its resolution (durable), and
+        # the topic-metadata version each was last found current at (memory only)
+        self.regexes: dict[str, RegexValue] = {}
+        self.regexes_checked: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return (f"ConsumerGroup({self.group_id!r}, epoch {self.group_epoch}, "
@@ -162,4 +174,9 @@ class ConsumerGroup:
         self.target.pop(member_id, None)
 
     def subscribed(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed_topic_names}
+        """Every topic a member subscribes to, by name or through a regex."""
+        out = {t for m in self.members.values() for t in m.subscribed_topic_names}
+        for m in self.members.values():
+            if m.subscribed_topic_regex and m.subscribed_topic_regex in self.regexes:
+                out.update(self.regexes[m.subscribed_topic_regex].topics)
+        return out

@@ -131,6 +131,7 @@ class OffsetCommitRequest:
     group_instance_id: str | None = None
     retention_ms: int = -1  # OffsetCommit v2-v4 retention_time; -1: broker default
     partitions: tuple[CommitPartition, ...] = ()
+    api_version: int = 8  # v9+: GROUP_ID_NOT_FOUND for a group that does not exist
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,9 @@ def commit(shard: GroupShard, req: OffsetCommitRequest, now: int) -> Result[Comm
         if code is not ErrorCode.none:
             return all_(code)
     elif group is None:
-        if req.generation_id >= 0:
-            return all_(ErrorCode.illegal_generation)  # stale member or a lost group
+        if req.generation_id >= 0:  # a stale member or a lost group (Kafka 4's answers)
+            return all_(ErrorCode.group_id_not_found if req.api_version >= 9
+                        else ErrorCode.illegal_generation)
     elif group.static_member_fenced(req.group_instance_id, req.member_id):
         return all_(ErrorCode.fenced_instance_id)
     elif not (req.generation_id < 0 and group.state is GroupState.EMPTY):

@@ -215,7 +215,10 @@ class GroupShard:
 
     def _replay_group(self, group_id: str, value: GroupMetadataValue) -> None:
         group = self.groups.get(group_id)
-        fresh = group is None
+        # a group that only held offsets (e.g. a consumer group's, downgraded to classic
+        # with its members: consumer_upgrade.downgrade) starts Stable as a new one does
+        fresh = group is None or (group.state is GroupState.EMPTY and not group.members
+                                  and group.protocol_type is None and group.stored is None)
         if group is None:
             group = self.groups[group_id] = Group(group_id)
         old = group.members

@@ -3,7 +3,8 @@
 The heartbeat becomes the coordinator's version-free `consumer.HeartbeatRequest`; the
 coordinator answers with the member's epoch and, when it changed, its assignment.
 ACLs as Kafka's KafkaApis: READ on the group for the heartbeat (and DESCRIBE on every
-subscribed topic: TOPIC_AUTHORIZATION_FAILED otherwise), DESCRIBE on each group for
+subscribed topic: TOPIC_AUTHORIZATION_FAILED otherwise; a regex resolves only to topics
+the principal may DESCRIBE), DESCRIBE on each group for
 ConsumerGroupDescribe (GROUP_AUTHORIZATION_FAILED for that group).
 """
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 # malformed requests: logged (a client bug or a feature not served); fencing is routine
 _REFUSALS = frozenset({ErrorCode.invalid_request, ErrorCode.unsupported_assignor,
-                       ErrorCode.group_id_not_found})
+                       ErrorCode.group_id_not_found, ErrorCode.invalid_regular_expression})
 
 
 def _owned(req: Any) -> Assignment | None:
@@ -68,7 +69,8 @@ async def handle_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any
         if denied:
             raise KafkaError(f"not authorized to describe {', '.join(sorted(denied))}",
                              code=ErrorCode.topic_authorization_failed)
-        resp = await broker.group_coordinator.consumer_heartbeat(hr)
+        resp = await broker.group_coordinator.consumer_heartbeat(
+            hr, lambda t: check(broker, ctx, Op.DESCRIBE, Res.TOPIC, t))
         if resp.error in _REFUSALS:
             log.info("ConsumerGroupHeartbeat of %r in group %r refused (%s): %s",
                      hr.member_id, hr.group_id, resp.error.name, resp.message)

@@ -90,6 +90,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
             group_instance_id=view(req, "group_instance_id"),
             retention_ms=ms(view(req, "retention_time", -1)),
             partitions=tuple(valid),
+            api_version=ctx.api_version,
         )
         try:
             for tp, code in await broker.group_coordinator.commit(cr):
