@@ -57,11 +57,11 @@ NOTES: dict[int, str] = {
     18: "Versions below and features (KIP-584): transaction.version, group.version, "
         "metadata.version.",
     19: "Partitions, replication factor, configs, validate_only; replica assignments in "
-        "cluster mode.",
+        "cluster mode; configs hidden without DescribeConfigs (topic_config_error_code).",
     20: "By name or topic id.",
     21: "Moves a partition's log start offset (Kafka's checks and errors).",
     22: "Producer ids and epochs; transactional ids with fencing; KIP-360 epoch bump; "
-        "KIP-939 two-phase commit (v6).",
+        "KIP-939 two-phase commit (v6; needs TwoPhaseCommit on the transactional id).",
     23: "Last offset of a leader epoch (the epoch history in cluster mode).",
     24: "Adds partitions to a transaction; v4+ (broker-to-broker, verify_only) too.",
     25: "Adds a group's offsets partition to a transaction.",
@@ -111,7 +111,7 @@ NOTES: dict[int, str] = {
     64: _KRAFT + ".",
     65: "The coordinator's view of transactional ids (KIP-664).",
     66: "Transactions filtered by state, producer id and (v1+) duration; v2 "
-        "transactional-id pattern.",
+        "transactional-id pattern (matched whole, as Java's matches()); Dead never listed.",
     67: _KRAFT + ".",
     68: "KIP-848 consumer groups: member epochs, server-side uniform/range assignors.",
     69: "KIP-848 groups: members, assignments, target assignment.",

@@ -5,14 +5,18 @@
 
 Settings use Kafka's names (the same keys as `tidegate serve --override`). By default
 the broker gets a temporary data directory (removed when the `with` block ends) and a
-free loopback port, and serves no HTTP listener.
+free loopback port, serves no HTTP listener, and makes its internal topics
+(`__consumer_offsets`, `__transaction_state`) with 4 partitions each rather than 50:
+most of a start on an empty directory was creating those (`offsets.topic.num.partitions`
+and `transaction.state.log.num.partitions` in the settings choose otherwise; a data
+directory that has them keeps their count).
 
 Two flavours, chosen by `mode`:
 
 - ``"thread"`` (the default): `BrokerApp` runs on a background thread with an event loop
   of its own. Nothing is started but a thread, and the broker's modules are usually
-  already imported by the caller, so the first request is served in tens of
-  milliseconds (bench/embedded_start.py). A thread cannot be crashed, so `kill()` is
+  already imported by the caller, so the first request is served in about a tenth of
+  a second (bench/embedded_start.py). A thread cannot be crashed, so `kill()` is
   refused there.
 - ``"process"``: `tidegate serve` as a child process. It starts slower (a new
   interpreter imports the broker), but `kill()` is a real crash: SIGKILL, no flush, no
@@ -50,6 +54,9 @@ if TYPE_CHECKING:
 __all__ = ["EmbeddedBroker", "EmbeddedBrokerError"]
 
 Mode = Literal["thread", "process"]
+
+# partitions of each internal topic in a new data directory (Kafka's default is 50)
+INTERNAL_PARTITIONS = 4
 
 
 class EmbeddedBrokerError(RuntimeError):
@@ -116,13 +123,34 @@ class EmbeddedBroker:
 
     def broker_settings(self) -> dict[str, str]:
         """What the broker is started with: the caller's settings over the embedded
-        defaults (this port, this data directory, no HTTP listener)."""
+        defaults (this port, this data directory, no HTTP listener, small internal
+        topics)."""
         return {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.data_dir),
             "http.listeners": "",
+            **self._internal_topic_partitions(),
             **self.settings,
         }
+
+    def _internal_topic_partitions(self) -> dict[str, str]:
+        """`__consumer_offsets` and `__transaction_state` with INTERNAL_PARTITIONS
+        partitions each instead of Kafka's 50: creating 100 partition directories (each
+        fsynced) was most of an embedded broker's start. A data directory whose topic
+        file already lists them keeps their count, since the coordinators hash ids over
+        it."""
+        from tidegate.storage.topics import TOPICS_FILE, load_topics
+
+        known = {}
+        if (self.data_dir / TOPICS_FILE).exists():
+            with contextlib.suppress(Exception):  # unreadable: the broker will say why
+                known = load_topics(self.data_dir)
+        out = {}
+        for key, topic in (("offsets.topic.num.partitions", "__consumer_offsets"),
+                           ("transaction.state.log.num.partitions", "__transaction_state")):
+            meta = known.get(topic)
+            out[key] = str(meta.partitions if meta is not None else INTERNAL_PARTITIONS)
+        return out
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> EmbeddedBroker:

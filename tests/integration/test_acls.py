@@ -492,3 +492,91 @@ def test_cli_adds_lists_and_removes_acls(sec: Secured, tmp_path: Path) -> None:
     assert "operation=CREATE" in removed
     assert "operation=CREATE" not in acls("list", "--topic", t)
     sec.admin.delete_acls([ANY_FILTER])[ANY_FILTER].result(10)
+
+
+# -- CreateTopics' configs and KIP-939's TWO_PHASE_COMMIT, over the raw wire as ANONYMOUS ---
+
+
+def test_create_topics_hides_configs_without_describe_configs(sec: Secured) -> None:
+    """Kafka's ControllerApis: CREATE alone creates the topic but answers its configs,
+    partition count and replication factor only with DESCRIBE_CONFIGS on it; without,
+    topic_config_error_code is TOPIC_AUTHORIZATION_FAILED."""
+    name = _unique("ctc")
+    req = {"topics": [{"name": name, "num_partitions": 2, "replication_factor": 1}],
+           "timeout": 5000, "validate_only": True}
+    create = allow(TOPIC, name, "User:ANONYMOUS", Op.CREATE)
+    describe = allow(TOPIC, name, "User:ANONYMOUS", Op.DESCRIBE_CONFIGS)
+    raw = RawClient(sec.b.bootstrap)
+    try:
+        sec.grant(create)
+        (hidden,) = raw.call(19, 7, req).topics
+        assert (int(hidden.error_code), int(hidden.topic_config_error_code)) == (0, TAF)
+        assert (hidden.num_partitions, hidden.replication_factor) == (-1, -1)
+        assert not hidden.configs
+        sec.grant(describe)
+        (shown,) = raw.call(19, 7, req).topics
+        assert (int(shown.error_code), int(shown.topic_config_error_code)) == (0, 0)
+        assert (shown.num_partitions, shown.replication_factor) == (2, 1)
+        assert "retention.ms" in {c.name for c in shown.configs}
+    finally:
+        sec.revoke(create, describe)
+        raw.close()
+
+
+def _tidegate_acls(sec: Secured, bindings: list[Any], add: bool) -> None:
+    """confluent-kafka's AclOperation stops at IDEMPOTENT_WRITE: TWO_PHASE_COMMIT (15)
+    goes through Tidegate's own admin client."""
+    import asyncio
+
+    from tidegate.client.admin import AsyncAdmin
+    from tidegate.common.acl import AclBindingFilter as TgFilter
+
+    async def run() -> None:
+        async with AsyncAdmin(sec.conf("admin")) as admin:
+            if add:
+                assert await admin.create_acls(bindings) == [None] * len(bindings)
+            else:
+                await admin.delete_acls([TgFilter(
+                    b.pattern.type, b.pattern.name, b.pattern.pattern, b.entry.principal,
+                    b.entry.host, b.entry.operation, b.entry.permission) for b in bindings])
+
+    asyncio.run(run())
+
+
+def test_init_producer_id_with_2pc_needs_two_phase_commit(sec: Secured) -> None:
+    """KIP-939: InitProducerId with enable2Pc needs WRITE and TWO_PHASE_COMMIT on the
+    transactional id (WRITE does not imply it); keepPreparedTxn without enable2Pc is
+    INVALID_REQUEST once authorized."""
+    from tidegate.common.acl import AccessControlEntry, ResourcePattern
+    from tidegate.common.acl import AclBinding as TgBinding
+    from tidegate.common.acl import AclOperation as TgOp
+    from tidegate.common.acl import AclPermissionType as TgPerm
+    from tidegate.common.acl import ResourceType as TgRes
+
+    tid = _unique("2pc")
+
+    def grant(op: TgOp) -> Any:
+        return TgBinding(ResourcePattern(TgRes.TRANSACTIONAL_ID, tid),
+                         AccessControlEntry("User:ANONYMOUS", "*", op, TgPerm.ALLOW))
+
+    def init(enable_2pc: bool, keep: bool = False) -> int:
+        return int(raw.call(22, 6, {"transactional_id": tid, "transaction_timeout": 60000,
+                                    "producer_id": -1, "producer_epoch": -1,
+                                    "enable2_pc": enable_2pc,
+                                    "keep_prepared_txn": keep}).error_code)
+
+    raw = RawClient(sec.b.bootstrap)
+    write, two_pc = grant(TgOp.WRITE), grant(TgOp.TWO_PHASE_COMMIT)
+    try:
+        assert init(True) == TIAF
+        _tidegate_acls(sec, [write], add=True)
+        assert init(False) == 0
+        assert init(True) == TIAF
+        assert init(False, keep=True) == 42  # INVALID_REQUEST: keepPreparedTxn needs 2PC
+        _tidegate_acls(sec, [two_pc], add=True)
+        assert init(True) == 0
+        _tidegate_acls(sec, [write], add=False)
+        assert init(True) == TIAF  # TWO_PHASE_COMMIT alone is not enough either
+    finally:
+        _tidegate_acls(sec, [write, two_pc], add=False)
+        raw.close()

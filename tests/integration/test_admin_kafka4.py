@@ -141,3 +141,45 @@ def test_list_config_resources(b: BrokerProcess, kp: KafkaAdminClient,
     v0 = raw.call(74, 0, {})  # ListClientMetricsResources: no named subscriptions
     assert v0.error_code == 0 and v0.config_resources == ()
     assert raw.call(74, 1, {"resource_types": [99]}).error_code == UNSUPPORTED_VERSION
+
+
+def _list_txns(raw: RawClient, version: int, **filters: Any) -> tuple[int, set[str]]:
+    resp = raw.call(66, version, {"state_filters": [], "producer_id_filters": [], **filters})
+    return int(resp.error_code), {str(t.transactional_id) for t in resp.transaction_states}
+
+
+def test_list_transactions_duration_and_pattern_filters(b: BrokerProcess,
+                                                        raw: RawClient) -> None:
+    """ListTransactions as Kafka 4.x filters it: v1's DurationFilter keeps transactions
+    running longer than it, v2's TransactionalIdPattern keeps ids the regular expression
+    matches whole (Java's matches()), a bad pattern is INVALID_REGULAR_EXPRESSION."""
+    import time
+
+    from confluent_kafka import Producer
+
+    ids = ["k4-tx-alpha-1", "k4-tx-alpha-2", "k4-tx-beta"]
+    producers = []
+    for tid in ids:  # each left with an open transaction
+        p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(A, b"v", partition=0)
+        p.flush(30)
+        producers.append(p)
+    try:
+        time.sleep(0.05)
+        assert _list_txns(raw, 2, transactional_id_pattern="k4-tx-alpha-.*") == (
+            0, {"k4-tx-alpha-1", "k4-tx-alpha-2"})
+        assert _list_txns(raw, 2, transactional_id_pattern="alpha") == (0, set())
+        assert _list_txns(raw, 2, transactional_id_pattern="(")[0] == 128
+        code, every = _list_txns(raw, 2, transactional_id_pattern=None)
+        assert code == 0 and set(ids) <= every
+        _, running = _list_txns(raw, 1, duration_filter=0)
+        assert set(ids) <= running
+        _, old = _list_txns(raw, 1, duration_filter=3_600_000)
+        assert not set(ids) & old
+        assert _list_txns(raw, 2, state_filters=["Ongoing"], duration_filter=0,
+                          transactional_id_pattern=r"k4-tx-\w+") == (0, {"k4-tx-beta"})
+    finally:
+        for p in producers:
+            p.abort_transaction(30)

@@ -147,3 +147,21 @@ def test_docs_show_the_example_as_it_is() -> None:
     assert {name for name, _ in blocks} >= {"invoicer.py", "test_invoicer.py"}
     for name, code in blocks:
         assert code == (EXAMPLE / name).read_text(), f"docs/testing.md: {name} differs"
+
+
+def test_internal_topics_are_small_and_keep_their_count(tmp_path: Path) -> None:
+    """An embedded broker makes its internal topics with 4 partitions (Kafka's 50 were
+    most of its start); a data directory made with another count keeps it, since the
+    coordinators hash group and transactional ids over it."""
+    def count(d: Path, topic: str) -> int:
+        return sum(1 for p in d.iterdir() if re.fullmatch(rf"{topic}-\d+", p.name))
+
+    small = tmp_path / "small"
+    EmbeddedBroker(data_dir=small).start().stop()
+    assert count(small, "__consumer_offsets") == count(small, "__transaction_state") == 4
+    six = tmp_path / "six"
+    EmbeddedBroker({"offsets.topic.num.partitions": 6}, data_dir=six).start().stop()
+    assert count(six, "__consumer_offsets") == 6
+    again = EmbeddedBroker(data_dir=six).broker_settings()
+    assert again["offsets.topic.num.partitions"] == "6"
+    assert again["transaction.state.log.num.partitions"] == "4"

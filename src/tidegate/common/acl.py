@@ -93,6 +93,7 @@ class AclOperation(enum.IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15  # KIP-939, on a TRANSACTIONAL_ID
 
 
 class AclPermissionType(enum.IntEnum):

@@ -29,8 +29,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
-
 from tidegate.common.oauth_config import OAuthSettings
 
 # Asymmetric algorithms only: a JWKS publishes public keys; HS* would need a shared secret.
@@ -113,6 +111,8 @@ class SignedValidator:
         self.keys = keys
 
     def validate(self, token: str, now_ms: int) -> OAuthToken:
+        import jwt  # here, not at the top: PyJWT and cryptography cost every start
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as e:

@@ -41,8 +41,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import scramp  # type: ignore[import-untyped]
-
 from tidegate.common.errors import ErrorCode
 from tidegate.common.scram import MECHANISMS, ScramCredential
 from tidegate.protocol.oauthbearer import (
@@ -196,6 +194,8 @@ class SaslServer:
         return self._success(user, b"", now_ms)
 
     def _scram_first(self, token: bytes) -> AuthResult:
+        import scramp  # type: ignore[import-untyped]  # here: costs every start otherwise
+
         assert self.mechanism is not None
         mechanism = self.mechanism
 
@@ -220,6 +220,8 @@ class SaslServer:
         return AuthResult(ErrorCode.none, None, first.encode())
 
     def _scram_final(self, token: bytes, now_ms: int) -> AuthResult:
+        import scramp
+
         server = self._scram
         self._scram = None
         try:
@@ -280,6 +282,8 @@ def _accept_doubled_nonce(server: Any, client_final: str) -> None:
     to 3.9 accepted it (the nonce must end with the server's); so do we, by telling
     scramp to expect that exact form. The proof is still checked over what the client
     signed, and the server nonce is still required, so nothing weaker is accepted."""
+    import scramp
+
     expected = str(server.nonce)
     c_nonce = expected[: len(expected) - len(str(server.s_nonce))]
     for attr in client_final.split(","):

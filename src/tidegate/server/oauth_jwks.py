@@ -20,12 +20,13 @@ import json
 import logging
 import time
 import urllib.request
-from typing import Any
-
-import jwt
+from typing import TYPE_CHECKING, Any
 
 from tidegate.common.oauth_config import OAuthSettings
 from tidegate.protocol.oauthbearer import MalformedResponse, parse_client_response
+
+if TYPE_CHECKING:  # PyJWT is imported where it is used: it costs every broker start
+    import jwt
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class JwksCache:
 
     async def ensure(self, message: bytes) -> None:
         """Before a token is checked: fetch if never fetched, stale, or its kid unknown."""
+        import jwt
+
         now = time.monotonic()
         if self._fetched_at is None or now - self._fetched_at >= self.refresh_s:
             await self._refresh()
@@ -103,6 +106,8 @@ class JwksCache:
             self._fetched_at = time.monotonic()
 
     def _fetch(self) -> list[tuple[dict[str, Any], jwt.PyJWK]]:
+        import jwt
+
         with urllib.request.urlopen(self.url, timeout=10) as resp:  # scheme checked at config
             body = resp.read(MAX_JWKS_BYTES + 1)
         if len(body) > MAX_JWKS_BYTES:

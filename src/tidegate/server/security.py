@@ -17,6 +17,7 @@ waits; nothing else on the broker does.
 
 from __future__ import annotations
 
+import importlib
 import ssl
 import time
 from collections.abc import Mapping
@@ -53,6 +54,9 @@ class ListenerSecurityRuntime:
         if sec.oauth is not None and sec.oauth.signed:
             jwks = self.jwks = JwksCache(sec.oauth)
             self.oauth = SignedValidator(sec.oauth, jwks.key)
+            importlib.import_module("jwt")  # now, not in the first login on the event loop
+        if any(m.startswith("SCRAM-") for m in sec.mechanisms):
+            importlib.import_module("scramp")  # the same (protocol/sasl.py imports it late)
         elif sec.oauth is not None:
             self.oauth = UnsecuredValidator(sec.oauth)
         if sec.tls:

@@ -27,7 +27,8 @@ const unb64 = (s) => (s === null ? null : Buffer.from(s, 'base64'))
 const out = (obj) => process.stdout.write(JSON.stringify(obj) + '\n')
 
 // KAFKAJS_SECURITY (JSON, optional): {"ca": path, "cert": path, "key": path,
-// "sasl": {"mechanism": "scram-sha-512", "username": ..., "password": ...}}; with a CA
+// "sasl": {"mechanism": "scram-sha-512", "username": ..., "password": ...} or
+// {"mechanism": "oauthbearer", "token": ...}}; with a CA
 // the connection is TLS (SSL or SASL_SSL), with "sasl" it logs in.
 function security () {
   const raw = process.env.KAFKAJS_SECURITY
@@ -43,6 +44,12 @@ function security () {
     }
   }
   if (sec.sasl) out.sasl = sec.sasl
+  // {"mechanism": "oauthbearer", "token": jwt}: KafkaJS asks its oauthBearerProvider for
+  // the token at each (re-)authentication; the test hands it one it signed itself
+  if (sec.sasl && sec.sasl.mechanism === 'oauthbearer') {
+    const token = sec.sasl.token
+    out.sasl = { mechanism: 'oauthbearer', oauthBearerProvider: async () => ({ value: token }) }
+  }
   return out
 }
 

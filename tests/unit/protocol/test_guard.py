@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from kio.schema.index import api_key_map, schema_name_map
 from kio.static.primitive import Records
 
+from tidegate.protocol import kio_hypothesis
 from tidegate.protocol.guard import GuardError, check
 from tidegate.protocol.messages import encode, request_class, response_class
 
+kio_hypothesis.register()  # `import tidegate` imported kio with Hypothesis hidden
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
 CLASSES = [

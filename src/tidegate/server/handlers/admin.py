@@ -42,6 +42,11 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
     seen: set[str] = set()
     # ACLs (Kafka): CREATE on the cluster, or else on each topic
     cluster_create = check_cluster(broker, ctx, Op.CREATE, log_denied=False)
+    # Kafka's ControllerApis: the created topic's configs, partition count and
+    # replication factor are answered only to a principal with DESCRIBE_CONFIGS on it;
+    # otherwise topic_config_error_code says TOPIC_AUTHORIZATION_FAILED (not logged)
+    describable = {n for n in set(names) if check(broker, ctx, Op.DESCRIBE_CONFIGS,
+                                                   Res.TOPIC, n, log_denied=False)}
     for t in req.topics:
         name = str(t.name)
         if name in duplicates and name in seen:
@@ -90,6 +95,10 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
                 validate_only=validate_only)
             if not validate_only:
                 out["topic_id"] = topic_id
+            if name not in describable:
+                out["topic_config_error_code"] = ErrorCode.topic_authorization_failed
+                results.append(out)
+                continue
             out["num_partitions"] = partitions
             out["replication_factor"] = factor
             out["configs"] = [

@@ -47,10 +47,15 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     transactional_id = view(req, "transactional_id")
     if transactional_id == "":
         return _response(ctx, ErrorCode.invalid_request, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
-    # ACLs (Kafka): WRITE on the transactional id; an idempotent producer needs
-    # IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+    # ACLs (Kafka): WRITE on the transactional id, and with enable2Pc (KIP-939) also
+    # TWO_PHASE_COMMIT on it, which WRITE does not imply (keepPreparedTxn needs no ACL of
+    # its own: without enable2Pc the coordinator refuses it); an idempotent producer
+    # needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
     if transactional_id is not None:
-        if not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, str(transactional_id)):
+        tid = str(transactional_id)
+        if not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, tid) or (
+                view(req, "enable2_pc", False)
+                and not check(broker, ctx, Op.TWO_PHASE_COMMIT, Res.TRANSACTIONAL_ID, tid)):
             return _response(ctx, ErrorCode.transactional_id_authorization_failed,
                              NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         return await _transactional(broker, ctx, req, str(transactional_id))

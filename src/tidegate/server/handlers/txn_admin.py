@@ -48,6 +48,10 @@ async def handle_list_transactions(broker: Broker, ctx: RequestContext, req: Any
         # ACLs (Kafka): DESCRIBE on the cluster lists all, else the ids one may DESCRIBE
         every = check_cluster(broker, ctx, Op.DESCRIBE, log_denied=False)
         for t in found:
+            # Kafka never lists Dead (an id being expired) and, from v2 (KIP-1152),
+            # keeps the ids the pattern matches whole, as Java's Matcher.matches()
+            if t.state == "Dead":
+                continue
             if regex is not None and not regex.fullmatch(t.transactional_id):
                 continue
             if not every and not check(broker, ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID,
