@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run install deps-system deps-node deps-kafka deps-java fuzz-c lint typecheck layers unit test soak bench demo demo-cluster demo-tidegate-cluster clean
+.PHONY: run install deps-system deps-node deps-kafka deps-java fuzz-c lint typecheck layers unit test soak bench bench-quick demo demo-cluster demo-tidegate-cluster clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -138,6 +138,8 @@ fuzz-c: install
 	  PYTHONMALLOC=malloc PYTHONPATH=src TIDEGATE_SPEEDUPS_EXAMPLES=$(FUZZ_EXAMPLES) \
 	  $(CURDIR)/$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/records/test_speedups.py
 
+# The broker benches run Apache Kafka beside Tidegate when its jars are there (make
+# deps-kafka; bench/peer_kafka.py); without them they say so and measure Tidegate only.
 bench: install
 	$(BIN)/python bench/produce_consume.py
 	$(BIN)/python bench/metrics_cost.py
@@ -145,8 +147,15 @@ bench: install
 	$(BIN)/python bench/idempotence.py
 	$(BIN)/python bench/transactions.py
 	$(BIN)/python bench/transactions_client.py
+	$(BIN)/python bench/groups.py
+	$(BIN)/python bench/security.py
 	$(BIN)/python bench/spark.py
 	$(BIN)/python bench/cluster.py
+
+# Every bench at a small size (bench/quick.py), each table printed, one pair of Kafka
+# peers shared by all: a change's effect in about two minutes, before it lands.
+bench-quick: install
+	$(BIN)/python bench/quick.py $(ARGS)
 
 # examples/spark_pipeline.py (Spark local[*]) against a broker of its own on DEMO_PORT,
 # data in a scratch directory; the broker stops when the example ends.

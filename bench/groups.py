@@ -15,7 +15,12 @@
    listens (the broker replays the coordinator before it listens) and until an
    OffsetFetch answers.
 
+Apache Kafka runs part 1 with the confluent-kafka consumers beside Tidegate when its jars
+are there (`make deps-kafka`, `--peer`; `bench/peer_kafka.py`), with the same
+`group.initial.rebalance.delay.ms=0`, each assignor on Tidegate then on Kafka.
+
     .venv/bin/python bench/groups.py [--consumers 10] [--partitions 900] [--offsets 1000000]
+        [--peer auto|none|kafka,kafka-fsync] [--quick]
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import peer_kafka
 from tests.integration.conftest import BrokerProcess
 
 
@@ -84,6 +90,25 @@ def bench_join(bootstrap: str, assignor: str, consumers: int, partitions: int) -
     if done is None:
         raise RuntimeError(f"{assignor}: the group did not become Stable within 120 s")
     return done
+
+
+def offsets_topic_ready(bootstrap: str) -> None:
+    """Untimed, on Kafka: it creates `__consumer_offsets` (50 partitions) when a group's
+    coordinator is first looked up, which Tidegate does at start; one consumer joins a
+    group of its own until it has its partition."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("warm-up", 1, 1)])["warm-up"].result(60)
+    assigned: list[Any] = []
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "warm-up",
+                  "enable.auto.commit": False})
+    c.subscribe(["warm-up"], on_assign=lambda _c, parts: assigned.extend(parts))
+    deadline = time.monotonic() + 60
+    while not assigned and time.monotonic() < deadline:
+        c.poll(0.1)
+    c.close()
 
 
 def bench_join_tidegate(bootstrap: str, assignor: str, consumers: int, partitions: int
@@ -221,13 +246,23 @@ def main() -> None:
     ap.add_argument("--offsets", type=int, default=1_000_000)
     ap.add_argument("--skip-join", action="store_true")
     ap.add_argument("--skip-reload", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="4 consumers, 60 partitions, 20,000 offsets")
+    peer_kafka.add_peer_option(ap)
     args = ap.parse_args()
+    if args.quick:
+        args.consumers, args.partitions, args.offsets = 4, 60, 20_000
+    peers, why_not = peer_kafka.wanted(args.peer)
     print(f"# {platform.python_implementation()} {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     tmp = Path(tempfile.mkdtemp(prefix="tidegate-bench-groups-"))
     try:
         if not args.skip_join:
-            b = BrokerProcess(tmp / "join", overrides={"group.initial.rebalance.delay.ms": "0"})
+            no_delay = {"group.initial.rebalance.delay.ms": "0"}
+            kafkas = peer_kafka.start(tmp, peers, overrides=no_delay)  # not timed
+            for kafka in kafkas.values():
+                offsets_topic_ready(kafka.bootstrap)
+            b = BrokerProcess(tmp / "join", overrides=no_delay)
             b.start()
             try:
                 for client, run in (("confluent-kafka", bench_join),
@@ -237,8 +272,15 @@ def main() -> None:
                         print(f"join  {args.consumers} {client} consumers, "
                               f"{args.partitions} partitions, {assignor:<18}: Stable with "
                               f"assignments in {took:6.2f} s")
+                        for mode, kafka in kafkas.items() if run is bench_join else ():
+                            took = run(kafka.bootstrap, assignor, args.consumers,
+                                       args.partitions)
+                            print(f"      the same on {peer_kafka.MODES[mode][0]:<27}: "
+                                  f"Stable with assignments in {took:6.2f} s")
             finally:
                 b.stop()
+                peer_kafka.stop_all(kafkas)
+            print(peer_kafka.describe(peers) if why_not is None else f"note: {why_not}")
         if not args.skip_reload:
             data = tmp / "reload"
             wrote, size = write_offsets(data, args.offsets)

@@ -15,7 +15,12 @@
    (tracemalloc), beside `memory_estimate()`, plus the size and write/load time of the
    snapshot that holds them.
 
+Apache Kafka runs part 1 too when its jars are there (`make deps-kafka`, `--peer`; see
+`bench/peer_kafka.py`): its default (no fsync) and `log.flush.interval.messages=1`, the
+same modes and rounds, the targets' order rotating round by round.
+
     .venv/bin/python bench/idempotence.py [--records 200000] [--size 100] [--rounds 3]
+        [--peer auto|none|kafka,kafka-fsync] [--quick]
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import peer_kafka
 from tests.integration.conftest import BrokerProcess
 
 from tidegate.common.clock import ManualClock
@@ -117,51 +124,67 @@ MODES = (
 def throughput(args: argparse.Namespace) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    rate: dict[str, list[float]] = {m[0]: [] for m in MODES}
-    cpu: dict[str, list[float]] = {m[0]: [] for m in MODES}  # broker CPU us per record
+    peers, why_not = peer_kafka.wanted(args.peer)
+    names = ["tidegate", *peers]
+    # per target (Tidegate, then each Kafka mode) and idempotence mode: one value per round
+    rate = {t: {m[0]: [] for m in MODES} for t in names}
+    cpu = {t: {m[0]: [] for m in MODES} for t in names}  # broker CPU us per record
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as tmp:
+        kafkas = peer_kafka.start(Path(tmp), peers)  # before Tidegate; not timed
         broker = BrokerProcess(Path(tmp) / "data")
         broker.start()
         try:
             assert broker.proc is not None
             pid = broker.proc.pid
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            where: dict[str, tuple[str, Callable[[], float]]] = {
+                "tidegate": (broker.bootstrap, lambda: broker_cpu_seconds(pid)),
+                **{m: (k.bootstrap, k.cpu_seconds) for m, k in kafkas.items()}}
             topics = [f"t{i}" for i in range(len(MODES) * args.rounds + 1)]
-            futures = admin.create_topics([NewTopic(t, args.partitions, 1) for t in topics])
-            for f in futures.values():
-                f.result(30)
-            produce(broker.bootstrap, topics[-1], args.records // 10, args.size, True)  # warm-up
+            for bootstrap, _cpu in where.values():
+                admin = AdminClient({"bootstrap.servers": bootstrap})
+                futures = admin.create_topics([NewTopic(t, args.partitions, 1) for t in topics])
+                for f in futures.values():
+                    f.result(30)
+                # warm-up (and the JVM's compilation of its hot paths)
+                produce(bootstrap, topics[-1], max(args.records // 5, 20_000), args.size, True)
             for r in range(args.rounds):
-                order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]  # rotate
-                for j, (label, idem, in_flight) in enumerate(order):
-                    topic = topics[len(MODES) * r + j]
-                    before = broker_cpu_seconds(pid)
-                    rate[label].append(
-                        produce(broker.bootstrap, topic, args.records, args.size, idem, in_flight)
-                    )
-                    cpu[label].append((broker_cpu_seconds(pid) - before) / args.records * 1e6)
+                for k in range(len(names)):  # the targets rotate too
+                    t = names[(r + k) % len(names)]
+                    bootstrap, cpu_seconds = where[t]
+                    order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]  # rotate
+                    for mode in order:
+                        label, idem, in_flight = mode
+                        topic = topics[len(MODES) * r + MODES.index(mode)]
+                        before = cpu_seconds()
+                        rate[t][label].append(
+                            produce(bootstrap, topic, args.records, args.size, idem, in_flight))
+                        cpu[t][label].append((cpu_seconds() - before) / args.records * 1e6)
         finally:
             broker.stop()
+            peer_kafka.stop_all(kafkas)
     print(
         f"produce, librdkafka, acks=all, {args.records:,} x {args.size} B records, "
         f"{args.partitions} partitions, {args.rounds} rounds of each, order rotated"
     )
-    best = {k: max(v) for k, v in rate.items()}
-    med = {k: statistics.median(v) for k, v in rate.items()}
-    cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
-    head = "".join(f"{m[0]:>18}" for m in MODES)
-    print(f"  {'idempotence':26}{head}{'on vs off':>11}{'on vs off,5':>13}")
-    for label, values, fmt in (
-        ("records/s, best round", best, ",.0f"),
-        ("records/s, median", med, ",.0f"),
-        ("broker CPU us/record, med.", cpu_med, ".3f"),
-    ):
-        cells = "".join(f"{values[m[0]]:>18{fmt}}" for m in MODES)
-        d1 = (values["on"] / values["off"] - 1) * 100
-        d2 = (values["on"] / values["off, 5 in flight"] - 1) * 100
-        print(f"  {label:26}{cells}{d1:>+10.1f}%{d2:>+12.1f}%")
-    for label, values_ in rate.items():
-        print(f"  rounds {label + ':':18} {', '.join(f'{x:,.0f}' for x in values_)}")
+    print(peer_kafka.describe(peers) if why_not is None else f"note: {why_not}")
+    for t in names:
+        best = {k: max(v) for k, v in rate[t].items()}
+        med = {k: statistics.median(v) for k, v in rate[t].items()}
+        cpu_med = {k: statistics.median(v) for k, v in cpu[t].items()}
+        head = "".join(f"{m[0]:>18}" for m in MODES)
+        title = "Tidegate" if t == "tidegate" else peer_kafka.MODES[t][0]
+        print(f"  {title + ', idempotence':26}{head}{'on vs off':>11}{'on vs off,5':>13}")
+        for label, values, fmt in (
+            ("records/s, best round", best, ",.0f"),
+            ("records/s, median", med, ",.0f"),
+            ("broker CPU us/record, med.", cpu_med, ".3f"),
+        ):
+            cells = "".join(f"{values[m[0]]:>18{fmt}}" for m in MODES)
+            d1 = (values["on"] / values["off"] - 1) * 100
+            d2 = (values["on"] / values["off, 5 in flight"] - 1) * 100
+            print(f"  {label:26}{cells}{d1:>+10.1f}%{d2:>+12.1f}%")
+        for label, values_ in rate[t].items():
+            print(f"  rounds {label + ':':18} {', '.join(f'{x:,.0f}' for x in values_)}")
 
 
 def append_path(batches: int) -> None:
@@ -243,7 +266,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--append-batches", type=int, default=50_000)
     ap.add_argument("--producers", type=int, default=100_000)
+    ap.add_argument("--quick", action="store_true",
+                    help="20,000 records, 1 round, 5,000 batches, 10,000 producer ids")
+    peer_kafka.add_peer_option(ap)
     args = ap.parse_args()
+    if args.quick:
+        args.records, args.rounds, args.append_batches, args.producers = 20_000, 1, 5000, 10_000
     throughput(args)
     append_path(args.append_batches)
     memory(args.producers)

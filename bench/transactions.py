@@ -27,8 +27,13 @@ both) and prints them side by side:
    its COMMIT markers interleaved) consumed from offset 0 by each isolation level, in
    alternating rounds. Aim: read_committed / read_uncommitted >= 0.95.
 
+Apache Kafka is measured beside them as two more targets when its jars are there (`make
+deps-kafka`; `bench/peer_kafka.py`, `--peer`): one KRaft node with Kafka's defaults (no
+fsync) and one with `log.flush.interval.messages=1` (every appended batch flushed before
+the answer, as Tidegate does), the same load generator and settings, the same rounds.
+
     .venv/bin/python bench/transactions.py [--records 200000] [--rounds 3] [--quick]
-        [--targets embedded,cluster] [--parts 1,2,3]
+        [--targets embedded,cluster] [--parts 1,2,3] [--peer auto|none|kafka,kafka-fsync]
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import peer_kafka
 from bench._cluster_launch import (
     Broker,
     admin,
@@ -59,7 +65,8 @@ from bench._cluster_launch import (
     zookeeper_missing,
 )
 
-TARGETS = {"embedded": "embedded broker", "cluster": "3 brokers, RF=3"}
+TARGETS = {"embedded": "embedded broker", "cluster": "3 brokers, RF=3",
+           **{m: label for m, (label, _o) in peer_kafka.MODES.items()}}
 # the cluster brokers' internal topics as Kafka's defaults have them (also Tidegate's
 # cluster-mode defaults: said here so that the run does not depend on them)
 INTERNAL_RF3 = {"offsets.topic.replication.factor": "3",
@@ -338,8 +345,10 @@ def run(args: argparse.Namespace, res: Results) -> None:
         res.floor = fsync_floor_ms(base, args.fsyncs)
         with launched(base, session_ms=None, cluster="cluster" in args.targets,
                       embedded="embedded" in args.targets,
-                      overrides=lambda _bid: INTERNAL_RF3) as brokers:
-            where: dict[str, tuple[str, list[Broker]]] = {}
+                      overrides=lambda _bid: INTERNAL_RF3) as brokers, \
+                peer_kafka.peers(base, [t for t in args.targets
+                                        if t in peer_kafka.MODES]) as kafkas:
+            where: dict[str, tuple[str, list[Any]]] = {}  # Broker or KafkaBroker
             if brokers.embedded is not None:
                 single = admin(brokers.embedded.bootstrap)
                 for f in single.create_topics([NewTopic(t, args.partitions, 1)
@@ -351,6 +360,12 @@ def run(args: argparse.Namespace, res: Results) -> None:
                 create_topics(brokers.bootstrap, [(t, args.partitions, 3) for t in topics],
                               brokers.everyone)
                 where["cluster"] = (brokers.bootstrap, list(brokers.cluster.values()))
+            for mode, kafka in kafkas.items():
+                peer_admin = admin(kafka.bootstrap)
+                for f in peer_admin.create_topics([NewTopic(t, args.partitions, 1)
+                                                   for t in topics]).values():
+                    f.result(30)
+                where[mode] = (kafka.bootstrap, [kafka])
             # both modes and both isolation levels once, untimed: connections, page cache,
             # and on the cluster the creation of __transaction_state and __consumer_offsets
             warm = max(args.records // 5, 1000)
@@ -496,6 +511,7 @@ def main() -> None:
                     help="embedded (one broker) and/or cluster (ZooKeeper + 3 brokers, RF=3)")
     ap.add_argument("--quick", action="store_true",
                     help="a short smoke run: few records, 1 round, 2 producers for 1 s")
+    peer_kafka.add_peer_option(ap)
     args = ap.parse_args()
     args.parts = {int(x) for x in args.parts.split(",")}
     args.targets = [t for t in TARGETS if t in args.targets.split(",")]
@@ -503,6 +519,12 @@ def main() -> None:
         args.records, args.rounds, args.producers, args.seconds = 3000, 1, 2, 1.0
         args.fsyncs, args.workers = 20, "threads"
     res = Results({})
+    peers, why_not = peer_kafka.wanted(args.peer)
+    args.targets += [p for p in peers if p not in args.targets]  # --targets may name them
+    if why_not is not None:
+        res.notes.append(why_not)
+    elif peers:
+        res.notes.append(peer_kafka.describe(peers))
     if "cluster" in args.targets and (why := zookeeper_missing()) is not None:
         args.targets.remove("cluster")
         res.notes.append(f"cluster not measured: {why}")

@@ -1,0 +1,125 @@
+"""Every benchmark at a small size, one after the other, each table printed: `make bench-quick`.
+
+Meant to show a change's effect before it lands, in about two minutes on an idle 2-core
+machine: the figures are single short rounds (noisy; the full benches, `make bench`,
+are what the docs quote). When Kafka's jars are there (`make deps-kafka`), one pair of
+Apache Kafka peers (`bench/peer_kafka.py`: its default, and
+`log.flush.interval.messages=1`) is started once, before the first bench and untimed,
+and every bench that runs beside Kafka uses them (`TIDEGATE_BENCH_KAFKA`) instead of
+starting its own JVMs; they run with `group.initial.rebalance.delay.ms=0`, which
+bench/groups.py asks for and the others do not notice. A bench that needs other
+listeners (bench/security.py: SSL, SASL_SSL) starts its own.
+
+    .venv/bin/python bench/quick.py [--only produce_consume,transactions] [--skip spark]
+        [--peer auto|none]
+
+Each bench's tables are printed as it runs (its stderr only if it fails, or with
+TIDEGATE_BENCH_VERBOSE=1), then its wall time; a summary of the times comes last. A
+failing bench is reported and the others still run (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import peer_kafka
+
+HERE = Path(__file__).resolve().parent
+# (script without .py, its small-size arguments), the broker benches first
+BENCHES: list[tuple[str, list[str]]] = [
+    ("produce_consume", ["--quick"]),
+    ("idempotence", ["--quick"]),
+    ("transactions", ["--quick", "--targets", "embedded"]),
+    ("groups", ["--quick"]),
+    ("security", ["--records", "3000", "--rounds", "1", "--peer", "kafka"]),
+    ("clients", ["--records", "10000", "--repeat", "1"]),
+    ("transactions_client", ["--quick"]),
+    ("metrics_cost", ["--records", "20000", "--rounds", "1", "--scrape-partitions", "200",
+                      "--scrapes", "5"]),
+    ("records", ["--per-record-only"]),
+    ("embedded_start", ["--rounds", "1"]),
+    ("patterns", ["--quick"]),
+    ("spark", ["--quick"]),
+    ("cluster", ["--quick"]),
+    ("scale", ["--quick"]),
+]
+SHARED_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
+
+
+def start_shared(tmp: Path) -> subprocess.Popen[bytes] | None:
+    """`peer_kafka.serve` in a child process; None when Kafka cannot run here."""
+    why = peer_kafka.available()
+    if why is not None:
+        print(f"note: Apache Kafka not measured ({why}); Tidegate only", flush=True)
+        return None
+    state = tmp / "peers.json"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+            "from bench import peer_kafka; "
+            "peer_kafka.serve(Path(sys.argv[2]), list(peer_kafka.MODES), "
+            f"{SHARED_SETTINGS!r})")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(HERE.parent), str(state)])
+    deadline = time.monotonic() + 120
+    while not state.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit("the shared Kafka peers did not start")
+        time.sleep(0.2)
+    os.environ[peer_kafka.SHARED_ENV] = str(state)
+    return proc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated bench names")
+    ap.add_argument("--skip", default="", help="comma-separated bench names")
+    ap.add_argument("--peer", choices=("auto", "none"), default="auto")
+    args = ap.parse_args()
+    only, skip = set(filter(None, args.only.split(","))), set(args.skip.split(","))
+    benches = [(n, a) for n, a in BENCHES
+               if (not only or n in only) and n not in skip and (HERE / f"{n}.py").exists()]
+    times: dict[str, tuple[float, int]] = {}
+    t_all = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tidegate-bench-quick-") as tmp:
+        server = start_shared(Path(tmp)) if args.peer == "auto" else None
+        try:
+            for name, extra in benches:
+                if args.peer == "none" and name in {"produce_consume", "idempotence",
+                                                    "transactions", "groups", "security"}:
+                    extra = [*[a for a in extra if a not in ("--peer", "kafka")],
+                             "--peer", "none"]
+                print(f"\n=== bench/{name}.py {' '.join(extra)}", flush=True)
+                t0 = time.monotonic()
+                # progress lines and librdkafka's logs go to stderr: shown when a bench
+                # fails (or with TIDEGATE_BENCH_VERBOSE=1), so the tables stay readable
+                verbose = bool(os.environ.get("TIDEGATE_BENCH_VERBOSE"))
+                proc = subprocess.run([sys.executable, str(HERE / f"{name}.py"), *extra],
+                                      stderr=None if verbose else subprocess.PIPE,
+                                      check=False)
+                rc = proc.returncode
+                if rc != 0 and proc.stderr:
+                    print(proc.stderr.decode(errors="replace")[-3000:], flush=True)
+                times[name] = (time.monotonic() - t0, rc)
+                print(f"=== bench/{name}.py: {times[name][0]:.1f} s"
+                      + ("" if rc == 0 else f", FAILED (exit status {rc})"), flush=True)
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait(60)
+    total = time.monotonic() - t_all
+    print(f"\nbench-quick: {total:.0f} s in all (load average {os.getloadavg()[0]:.1f} "
+          "at the end): " + ", ".join(f"{n} {s:.0f} s" + ("" if rc == 0 else " FAILED")
+                                      for n, (s, rc) in times.items()))
+    if any(rc for _s, rc in times.values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
