@@ -11,7 +11,12 @@ and each mode's round trip is timed with one record per request, each waited for
 measured writing 1 MiB blocks with an fdatasync after each (what the broker must do to
 acknowledge a request durably) and with a single fdatasync at the end.
 
+Apache Kafka runs beside it when its jars are there (`make deps-kafka`, `--peer`; see
+`bench/peer_kafka.py`): acks=all in each round after Tidegate's modes, with Kafka's
+defaults (no fsync) and with `log.flush.interval.messages=1`, then consumed the same way.
+
     .venv/bin/python bench/produce_consume.py [--records 300000] [--partitions 3] [--rounds 3]
+        [--peer auto|none|kafka,kafka-fsync] [--quick]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import peer_kafka
 from tests.integration.conftest import BrokerProcess
 
 RELAXED_FLUSH_MESSAGES = 10_000
@@ -48,6 +54,12 @@ def disk_bandwidth(directory: Path, total_mb: int, sync_each: bool) -> float:
         os.close(fd)
         path.unlink()
     return total_mb / elapsed
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
@@ -152,20 +164,37 @@ def main() -> None:
     ap.add_argument("--disk-mb", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the produce modes")
     ap.add_argument("--round-trips", type=int, default=500)
+    ap.add_argument("--quick", action="store_true", help="20,000 records, 1 round, 64 MB disk")
+    peer_kafka.add_peer_option(ap)
     args = ap.parse_args()
+    if args.quick:
+        args.records, args.rounds, args.disk_mb, args.round_trips = 20_000, 1, 64, 50
+    peers, why_not = peer_kafka.wanted(args.peer)
+    kafka_rates: dict[str, list[float]] = {m: [] for m in peers}
+    kafka_cpu: dict[str, list[float]] = {m: [] for m in peers}  # broker CPU us per record
+    kafka_cons: dict[str, float] = {}
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
     rates: dict[str, list[float]] = {label: [] for label, _a, _c in MODES}
+    cpu: dict[str, list[float]] = {label: [] for label, _a, _c in MODES}  # broker us/record
     trips: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("TIDEGATE_BENCH_DIR")) as tmp:
         data = Path(tmp) / "data"
         data.mkdir()
         disk_sync = disk_bandwidth(data, args.disk_mb, sync_each=True)
         disk_raw = disk_bandwidth(data, args.disk_mb, sync_each=False)
+        kafkas = peer_kafka.start(Path(tmp), peers)  # before Tidegate; not timed
         broker = BrokerProcess(data)
         broker.start()
         try:
+            for kafka in kafkas.values():
+                kafka_admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+                for fut in kafka_admin.create_topics([NewTopic(f"bench-{r}", args.partitions, 1)
+                                                      for r in range(args.rounds)]).values():
+                    fut.result(30)
+                # untimed: the JVM compiles its hot paths while it serves the first requests
+                produce(kafka.bootstrap, "warmup", max(args.records // 2, 20_000), args.size, "all")
             b = broker.bootstrap
             admin = AdminClient({"bootstrap.servers": b})
             topics = [
@@ -180,12 +209,27 @@ def main() -> None:
                     m = (r + k) % len(MODES)
                     label, acks, _config = MODES[m]
                     topic = f"bench-{m}-{r}"
+                    pid = broker.proc.pid if broker.proc is not None else 0
+                    before_cpu = process_cpu_seconds(pid)
                     rates[label].append(produce(b, topic, args.records, args.size, acks))
+                    after_cpu = process_cpu_seconds(pid)
+                    cpu[label].append((after_cpu - before_cpu) / args.records * 1e6)
+                for k in range(len(kafkas)):  # then Kafka, acks=all, its modes rotated too
+                    mode = list(kafkas)[(r + k) % len(kafkas)]
+                    before = kafkas[mode].cpu_seconds()
+                    kafka_rates[mode].append(produce(kafkas[mode].bootstrap, f"bench-{r}",
+                                                     args.records, args.size, "all"))
+                    kafka_cpu[mode].append((kafkas[mode].cpu_seconds() - before)
+                                           / args.records * 1e6)
             cons = consume(b, "bench-0-0", args.records, args.size, args.partitions)
+            for mode, kafka in kafkas.items():
+                kafka_cons[mode] = consume(kafka.bootstrap, "bench-0", args.records, args.size,
+                                           args.partitions)
             for m, (label, acks, _config) in enumerate(MODES):
                 trips[label] = round_trip_ms(b, f"bench-{m}-0", acks, args.round_trips)
         finally:
             broker.stop()
+            peer_kafka.stop_all(kafkas)
     mb = args.records * args.size / 1e6
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.python_version()}")
     print(
@@ -193,7 +237,7 @@ def main() -> None:
         f"{args.partitions} partitions, confluent-kafka load generator, "
         f"{args.rounds} rounds per produce mode in rotating order (median, min-max)"
     )
-    print(f"{'measurement':<48}{'MB/s':>10}{'vs disk':>10}   range")
+    print(f"{'measurement':<48}{'MB/s':>10}{'vs disk':>10}   range   broker CPU us/record")
     print(f"{'disk: 1 MiB writes + fdatasync each':<48}{disk_sync:>10.1f}{1.0:>10.2f}")
     print(
         f"{'disk: 1 MiB writes, one fdatasync':<48}{disk_raw:>10.1f}{disk_raw / disk_sync:>10.2f}"
@@ -204,8 +248,19 @@ def main() -> None:
         print(
             f"{'tidegate produce (' + label + ')':<48}{med:>10.1f}{med / disk_sync:>10.2f}"
             f"   {min(values):.0f}-{max(values):.0f}"
+            f"   {statistics.median(cpu[label]):.2f}"
         )
     print(f"{'tidegate consume':<48}{cons:>10.1f}{cons / disk_sync:>10.2f}")
+    for mode, values in kafka_rates.items():
+        name, med = peer_kafka.MODES[mode][0], statistics.median(values)
+        print(f"{name + ' produce (acks=all)':<48}{med:>10.1f}{med / disk_sync:>10.2f}"
+              f"   {min(values):.0f}-{max(values):.0f}   {statistics.median(kafka_cpu[mode]):.2f}")
+    for mode, rate in kafka_cons.items():
+        print(f"{peer_kafka.MODES[mode][0] + ' consume':<48}{rate:>10.1f}{rate / disk_sync:>10.2f}")
+    if why_not is not None:
+        print(f"note: {why_not}")
+    elif peers:
+        print(peer_kafka.describe(peers))
     all_rate, one_rate = medians[MODES[0][0]], medians[MODES[1][0]]
     ratio = one_rate / all_rate
     print(f"consume/produce ratio: {cons / all_rate:.2f}; acks=1 / acks=all: {ratio:.2f}")

@@ -117,6 +117,10 @@ CLIENT_DOCS: dict[str, str] = {
     "fetch.max.bytes": "Largest fetch response (at least one batch is always returned).",
     "max.partition.fetch.bytes": "Largest amount of data per partition in a fetch.",
     "max.poll.records": "Most records one poll() returns.",
+    "queued.max.messages.kbytes": "librdkafka's name: while fetched records wait to be "
+                                  "polled, the next fetch of their partition goes out "
+                                  "ahead as long as the consumer holds less than this "
+                                  "many KiB of fetched data (0: never fetch ahead).",
     "isolation.level": "read_committed returns only committed transactional data (up to "
                        "the last stable offset, aborted records dropped); read_uncommitted "
                        "(Kafka's default) returns everything below the high watermark.",
@@ -137,6 +141,12 @@ CLIENT_DOCS: dict[str, str] = {
     "partition.assignment.strategy": "Assignors in order of preference: range, roundrobin, "
                                      "sticky, cooperative-sticky.",
     "exclude.internal.topics": "Pattern subscriptions never match internal topics.",
+    "group.protocol": "classic (JoinGroup/SyncGroup, client-side assignors) or consumer "
+                      "(KIP-848: the broker assigns; session.timeout.ms, "
+                      "heartbeat.interval.ms and partition.assignment.strategy are then "
+                      "the broker's).",
+    "group.remote.assignor": "With group.protocol=consumer: the server-side assignor to "
+                             "ask for (uniform, range); default: the broker's first.",
 }
 
 

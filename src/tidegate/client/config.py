@@ -344,6 +344,10 @@ class ConsumerConfig(ClientConfig):
     max_partition_fetch_bytes: int = _opt("max.partition.fetch.bytes", 1_048_576,
                                           _int(0, INT32_MAX))
     max_poll_records: int = _opt("max.poll.records", 500, _int(1, INT32_MAX))
+    # librdkafka's name: fetched bytes held before fetching ahead stops (0: never fetch
+    # a partition ahead while its last fetch is still being read; consumer/fetcher.py).
+    queued_max_messages_kbytes: int = _opt("queued.max.messages.kbytes", 65_536,
+                                           _int(0, 2_097_151))
     isolation_level: str = _opt("isolation.level", "read_uncommitted",
                                 _choice("read_uncommitted", "read_committed"))
     check_crcs: bool = _opt("check.crcs", True, _bool)
@@ -360,6 +364,9 @@ class ConsumerConfig(ClientConfig):
     partition_assignment_strategy: tuple[str, ...] = _opt(
         "partition.assignment.strategy", ("range", "cooperative-sticky"), _assignors)
     exclude_internal_topics: bool = _opt("exclude.internal.topics", True, _bool)
+    # KIP-848 (client/consumer/consumer_protocol.py): "consumer" lets the broker assign
+    group_protocol: str = _opt("group.protocol", "classic", _choice("classic", "consumer"))
+    group_remote_assignor: str | None = _opt("group.remote.assignor", None, _opt_str)
 
     @classmethod
     def _kind(cls) -> str:
@@ -376,6 +383,16 @@ class ConsumerConfig(ClientConfig):
                 f"heartbeat.interval.ms={self.heartbeat_interval_ms} must be lower than "
                 f"session.timeout.ms={self.session_timeout_ms} (at most a third of it is "
                 "usual)")
+        if self.group_protocol == "consumer":
+            # As Kafka's client: under KIP-848 these are the broker's business
+            # (group.consumer.session.timeout.ms, ...heartbeat.interval.ms, ...assignors)
+            clash = sorted(explicit & {"session.timeout.ms", "heartbeat.interval.ms",
+                                       "partition.assignment.strategy"})
+            if clash:
+                raise ConfigError(
+                    f"{', '.join(clash)} cannot be set with group.protocol=consumer: the "
+                    "broker decides them (group.consumer.* broker settings; choose a "
+                    "server-side assignor with group.remote.assignor)")
         if self.group_id is None:
             if self.group_instance_id is not None:
                 raise ConfigError("group.instance.id needs a group.id")

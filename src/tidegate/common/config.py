@@ -50,6 +50,11 @@ def _group_protocol_keys() -> dict[str, tuple[str, str, str]]:
     out["group.consumer.assignors"] = (
         "uniform,range", "list",
         "Server-side assignors of consumer-protocol groups; the first is the default.")
+    out["group.consumer.migration.policy"] = (
+        "bidirectional", "str",
+        "Online upgrade of a classic group when a consumer-protocol member joins "
+        "(upgrade), downgrade when the last one leaves (downgrade), both "
+        "(bidirectional) or neither (disabled).")
     lock = "share.record.lock.duration.ms"
     out["group.share.record.lock.duration.ms"] = ("30000", "int", f"Default of {lock}.")
     out["group.share.min.record.lock.duration.ms"] = ("15000", "int", f"Smallest {lock}.")
@@ -129,6 +134,21 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
         "30000",
         "int",
         "Tidegate-specific: how often the free space of the log directory is checked.",
+    ),
+    "log.max.open.files": (
+        "0",
+        "int",
+        "Tidegate-specific: most segment files (.log, .index, .timeindex) held open at "
+        "once; the least recently used is closed and reopened at its next use. Kafka keeps "
+        "every one open (3 per segment); 0 = half the process's open-files limit "
+        "(ulimit -n), so partitions x segments never exhaust it.",
+    ),
+    "num.recovery.threads.per.data.dir": (
+        "8",
+        "int",
+        "Partitions opened (and recovered after a crash) at once at start, and created at "
+        "once by CreateTopics. Kafka's default is 2; opening a partition here is mostly "
+        "fsyncs, which overlap well, so Tidegate uses 8.",
     ),
     "log.cleaner.enable": ("true", "bool", "Run the log cleaner for compacted topics."),
     "log.cleaner.backoff.ms": ("15000", "int", "Sleep between cleaner passes."),

@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING
 from tidegate.common.config import BrokerConfig
 from tidegate.server.broker import Broker
 from tidegate.server.listener import Listener
-from tidegate.server.metrics.http import RouteAdder
-from tidegate.server.metrics.wiring import Observability
 from tidegate.storage.dir_lock import LogDirLock
 from tidegate.storage.disk_space import disk_full_error
 
 if TYPE_CHECKING:
     from tidegate.server.cluster.node import ClusterNode
+    from tidegate.server.metrics.http import RouteAdder
+    from tidegate.server.metrics.wiring import Observability
 
 log = logging.getLogger("tidegate.server")
 
@@ -57,8 +57,14 @@ class BrokerApp:
         self.broker.group_commit.on_error = space.write_failed
         self.listener = Listener(self.broker)
         # http.listeners: /metrics, /healthz, /readyz (+ `http_routes`); None when empty.
-        # See server/metrics/wiring.py.
-        self.observability = Observability.create(self.broker, http_routes)
+        # See server/metrics/wiring.py, imported only when there is an HTTP listener:
+        # aiohttp and prometheus_client are a third of the broker's import time, which
+        # an embedded broker (no HTTP by default) should not pay.
+        self.observability: Observability | None = None
+        if config.get("http.listeners").strip():
+            from tidegate.server.metrics.wiring import Observability
+
+            self.observability = Observability.create(self.broker, http_routes)
         # Cluster mode (zookeeper.connect set): ZooKeeper, registration, the controller,
         # metadata and replica roles; see server/cluster/node.py. Off by default.
         self.cluster: ClusterNode | None = None

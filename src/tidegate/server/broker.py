@@ -30,6 +30,7 @@ from tidegate.server.scram_store import ScramStore, ScramUsers
 from tidegate.server.security import GuessDelays, build_runtimes
 from tidegate.server.topic_admin import EmbeddedTopicAdmin, TopicAdmin
 from tidegate.storage.config import LogConfig, topic_defaults_from_broker
+from tidegate.storage.file_cache import FILES
 from tidegate.storage.log import Log
 from tidegate.storage.log_manager import LogManager
 
@@ -75,6 +76,8 @@ class Broker:
         self.log_defaults: LogConfig = topic_defaults_from_broker(
             {**config.props, **self.dynamic_configs}
         )
+        # segment files held open by this process: an LRU bounded by log.max.open.files
+        FILES.set_max_open(config.get_int("log.max.open.files", 0) or 0)
         self.logs = LogManager(
             config.log_dir,
             self.log_defaults,
@@ -82,6 +85,7 @@ class Broker:
             node_id=self.node_id,
             cluster_id=config.get("cluster.id") or None,
             cluster=bool(config.get("zookeeper.connect")),
+            recovery_threads=config.get_int("num.recovery.threads.per.data.dir", 8) or 8,
         )
         self.metadata: MetadataView = EmbeddedMetadata(config, self.logs)
         # partitions hosted here, their high watermarks, fetch wake-ups
