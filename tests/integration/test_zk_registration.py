@@ -306,7 +306,9 @@ def test_zookeeper_paused_then_killed_and_restarted(tmp_path: Path) -> None:
     with ZooKeeperServer(tmp_path / "zk") as server:
 
         async def main() -> None:
-            zk = await connected(server.connect, session_ms=6000)
+            # the pause plus a JVM restart stay well inside the session even when the
+            # machine is loaded (a 6 s session expired once under a full make test)
+            zk = await connected(server.connect, session_ms=12000)
             events: asyncio.Queue[object] = asyncio.Queue()
             zk.subscribe(events)
             registrar = BrokerRegistrar(zk, lambda: info(1, 9091))
