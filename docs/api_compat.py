@@ -77,8 +77,10 @@ NOTES: dict[int, str] = {
     32: "Topic, broker, broker-logger and group resources, with sources and synonyms; "
         "no client-metrics resources.",
     33: "Whole-set config changes (topics, broker dynamic keys).",
-    34: "Not built: one log directory per broker (JBOD is not built).",
-    35: "The first of `log.dirs` only: its partitions' sizes and the volume's space.",
+    34: "Moves a partition to another of `log.dirs` (closed, copied, reopened; answers "
+        "when done; Kafka copies online). Embedded broker only.",
+    35: "One result per `log.dirs` directory: partitions' sizes, the volume's space; an "
+        "offline directory answers KAFKA_STORAGE_ERROR.",
     36: "The SASL exchange; KIP-368 re-authentication (session lifetime).",
     37: "Adds partitions (never removes, as Kafka).",
     38: "Delegation tokens: not built.",

@@ -98,8 +98,9 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "log.dirs": (
         "./tidegate-data",
         "list",
-        "Data directory (Kafka: /tmp/kafka-logs; ours survives reboots). Locked by one "
-        "broker at a time (<dir>/.lock).",
+        "Data directory (Kafka: /tmp/kafka-logs; ours survives reboots). Several, "
+        "comma-separated, spread partitions over them (JBOD, docs/broker.md). Each is "
+        "locked by one broker at a time (<dir>/.lock).",
     ),
     "log.dir": ("", "str", "Used when log.dirs is unset."),
     "num.partitions": ("1", "int", "Partitions of an auto-created topic."),
@@ -591,8 +592,15 @@ class BrokerConfig:
 
     @property
     def log_dir(self) -> Path:
-        dirs = self.props.get("log.dirs") or self.props.get("log.dir") or "./tidegate-data"
-        return Path(dirs.split(",")[0].strip())
+        """The first of `log_dirs`: the broker's own files and the topics file live here."""
+        return self.log_dirs[0]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        """`log.dirs` (else `log.dir`), comma-separated; several = JBOD (docs/broker.md)."""
+        value = self.props.get("log.dirs") or self.props.get("log.dir") or "./tidegate-data"
+        dirs = [Path(d.strip()) for d in value.split(",") if d.strip()]
+        return dirs or [Path(value.split(",")[0].strip())]
 
     def items(self) -> list[tuple[str, str]]:
         return sorted(self.props.items())

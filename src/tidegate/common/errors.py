@@ -21,6 +21,7 @@ __all__ = [
     "InvalidTopicError",
     "KafkaError",
     "KafkaStorageError",
+    "LogDirNotFoundError",
     "MessageTooLargeError",
     "OffsetOutOfRangeError",
     "PolicyViolationError",
@@ -105,6 +106,10 @@ class PolicyViolationError(KafkaError):
 
 class KafkaStorageError(KafkaError):
     code = ErrorCode.kafka_storage_error
+
+
+class LogDirNotFoundError(KafkaError):
+    code = ErrorCode.log_dir_not_found
 
 
 _BY_CODE: dict[ErrorCode, type[KafkaError]] = {

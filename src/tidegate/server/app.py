@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from tidegate.common.config import BrokerConfig
 from tidegate.server.broker import Broker
 from tidegate.server.listener import Listener
-from tidegate.storage.dir_lock import LogDirLock
+from tidegate.storage.dir_lock import LogDirLocks
 from tidegate.storage.disk_space import disk_full_error
 
 if TYPE_CHECKING:
@@ -46,7 +46,8 @@ log = logging.getLogger("tidegate.server")
 class BrokerApp:
     def __init__(self, config: BrokerConfig, http_routes: RouteAdder | None = None) -> None:
         self.config = config
-        self.dir_lock = LogDirLock.acquire(config.log_dir)  # before any file is touched
+        # every directory of log.dirs, before any file is touched
+        self.dir_lock = LogDirLocks.acquire(config.log_dirs)
         try:
             self.broker = Broker(config)
         except BaseException:
@@ -55,6 +56,7 @@ class BrokerApp:
         space = self.broker.logs.space
         space.warn_bytes = config.get_int("log.dir.free.space.warn.bytes") or 0
         self.broker.group_commit.on_error = space.write_failed
+        self.broker.group_commit.on_log_error = self.broker.logs.log_write_failed  # JBOD
         self.listener = Listener(self.broker)
         # http.listeners: /metrics, /healthz, /readyz (+ `http_routes`); None when empty.
         # See server/metrics/wiring.py, imported only when there is an HTTP listener:

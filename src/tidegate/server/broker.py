@@ -79,7 +79,7 @@ class Broker:
         # segment files held open by this process: an LRU bounded by log.max.open.files
         FILES.set_max_open(config.get_int("log.max.open.files", 0) or 0)
         self.logs = LogManager(
-            config.log_dir,
+            config.log_dirs,
             self.log_defaults,
             self.clock,
             node_id=self.node_id,

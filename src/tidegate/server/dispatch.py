@@ -114,6 +114,7 @@ def default_dispatcher() -> Dispatcher:
     d.register(75, describe_topic_partitions.handle, 0, 0)  # KIP-966
     d.register(74, list_config_resources.handle, 0, 1)  # KIP-714 v0, KIP-1142 v1
     d.register(35, log_dirs.handle_describe_log_dirs, 1, 4)
+    d.register(34, log_dirs.handle_alter_replica_log_dirs, 1, 2)  # JBOD moves
     d.register(32, configs.handle_describe_configs, 1, 4)
     d.register(33, configs.handle_alter_configs, 0, 2)
     d.register(44, configs.handle_incremental_alter_configs, 0, 1)

@@ -74,6 +74,9 @@ class GroupCommit:
         self.fsync_rounds = 0
         self.failed: Exception | None = None
         self.on_error = on_error
+        # several log.dirs: told of a failed flush first; True = the log's directory went
+        # offline (LogManager.log_write_failed), so the log is not flushed again
+        self.on_log_error: Callable[[Flushable, BaseException], bool] | None = None
         self._retry_delay: dict[int, float] = {}  # key -> next delay, while flushes fail
         # metrics (server/metrics/): told (seconds the fsync took, waiters it released)
         self.on_fsync: Callable[[float, int], None] | None = None
@@ -133,7 +136,10 @@ class GroupCommit:
                         self.on_fsync(time.perf_counter() - began, sum(
                             1 for off, _ in self._waiters.get(key, ()) if off <= point))
                 except Exception as e:  # disk errors: fail the waiters, keep serving
-                    if key not in self._retry_delay or disk_full_error(e) is not None:
+                    offline = self.on_log_error is not None and self.on_log_error(target, e)
+                    if offline:
+                        pass  # logged with the directory's failure
+                    elif key not in self._retry_delay or disk_full_error(e) is not None:
                         if self.on_error is not None:
                             self.on_error(e, "fsyncing appended data")
                         else:
@@ -142,7 +148,8 @@ class GroupCommit:
                     for _, fut in self._waiters.pop(key, []):
                         if not fut.done():
                             fut.set_exception(e)
-                    self._retry_later(target)
+                    if not offline:
+                        self._retry_later(target)
                     continue
                 self._retry_delay.pop(key, None)
                 self._on_flushed(target, target.recovery_point)

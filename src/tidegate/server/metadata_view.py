@@ -141,13 +141,19 @@ class EmbeddedMetadata:
         meta = self._logs.topics.get(name)
         if meta is None:
             return None
+        # JBOD: a partition in a log directory taken offline has no leader, its replica
+        # is offline (as Kafka reports it: LEADER_NOT_AVAILABLE, offline_replicas)
+        down = frozenset(p for p in range(meta.partitions) if self._logs.is_offline(name, p)
+                         ) if self._logs.dirs.offline else frozenset()
         cached = self._views.get(name)
         if (cached is not None and cached.topic_id == meta.topic_id
-                and len(cached.partitions) == meta.partitions):
+                and len(cached.partitions) == meta.partitions
+                and down == {v.index for v in cached.partitions if v.leader < 0}):
             return cached
         node = (self.node_id,)
         parts = tuple(
-            PartitionView(p, self.node_id, EMBEDDED_LEADER_EPOCH, node, node)
+            PartitionView(p, -1, EMBEDDED_LEADER_EPOCH, node, (), node) if p in down
+            else PartitionView(p, self.node_id, EMBEDDED_LEADER_EPOCH, node, node)
             for p in range(meta.partitions)
         )
         view = self._views[name] = TopicView(name, meta.topic_id, parts)

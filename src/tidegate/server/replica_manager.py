@@ -30,7 +30,12 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from tidegate.common.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
+from tidegate.common.errors import (
+    ErrorCode,
+    KafkaError,
+    KafkaStorageError,
+    UnknownTopicOrPartitionError,
+)
 from tidegate.server.durability import Flushable, GroupCommit
 from tidegate.server.leadership import Leadership
 from tidegate.server.partition import NO_EPOCH, NotLeaderOrFollowerError, Partition
@@ -85,6 +90,8 @@ class ReplicaManager:
         """The partition if this broker leads it at `current_leader_epoch`; else raises."""
         part = self.partition(topic, index)
         if part is None:
+            if self.logs.is_offline(topic, index):  # JBOD: its log dir failed
+                raise KafkaStorageError(f"{topic}-{index} is in an offline log directory")
             if self.exists is not None and self.exists(topic, index):
                 raise NotLeaderOrFollowerError(
                     f"this broker holds no replica of {topic}-{index}")

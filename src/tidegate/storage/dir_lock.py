@@ -11,6 +11,9 @@ file description, so the kernel drops it when the holder dies — kill -9 never 
 a stale lock, and a leftover `.lock` file means nothing by itself. The file is never
 deleted (deleting it would let a newcomer lock a fresh inode while the old holder
 still holds the old one); `release()` empties it and unlocks.
+
+`LogDirLocks.acquire(directories)` locks every directory of `log.dirs` (JBOD) in order,
+releasing those it took if one is held elsewhere.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from tidegate.storage.errors import LogDirectoryError
 
-__all__ = ["LOCK_FILE", "LogDirLock", "LogDirLockedError"]
+__all__ = ["LOCK_FILE", "LogDirLock", "LogDirLockedError", "LogDirLocks"]
 
 LOCK_FILE = ".lock"
 
@@ -98,6 +101,39 @@ class LogDirLock:
 
     def __exit__(self, *_exc: object) -> None:
         self.release()
+
+
+class LogDirLocks:
+    """The locks of every directory of `log.dirs` (JBOD), taken in order; if one is
+    held elsewhere, those already taken are released before the error is raised."""
+
+    def __init__(self, locks: list[LogDirLock]) -> None:
+        self.locks = locks
+
+    @classmethod
+    def acquire(cls, directories: list[Path]) -> LogDirLocks:
+        seen: set[str] = set()
+        for d in directories:  # else the second lock would report this very broker
+            if os.path.abspath(d) in seen:
+                raise LogDirectoryError(f"log.dirs names {d} twice")
+            seen.add(os.path.abspath(d))
+        taken: list[LogDirLock] = []
+        try:
+            for d in directories:
+                taken.append(LogDirLock.acquire(d))
+        except BaseException:
+            for lock in taken:
+                lock.release()
+            raise
+        return cls(taken)
+
+    @property
+    def held(self) -> bool:
+        return all(lock.held for lock in self.locks)
+
+    def release(self) -> None:
+        for lock in self.locks:
+            lock.release()
 
 
 def _read_pid(fd: int) -> int | None:

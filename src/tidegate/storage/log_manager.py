@@ -17,10 +17,16 @@ recovery points (and, in cluster mode, HWs) at once through `Log.on_truncated`: 
 recovery point above the new end would let the next start trust segments appended after
 the truncation without checking them.
 
-Only the first of several log dirs is used (JBOD is not supported yet). Its free space
-and full-disk state are tracked by `space` (`disk_space.LogDirSpace`): the periodic jobs
-here report a full disk to it and skip quietly, retrying on their next run. Locking the
-directory against a second broker (`dir_lock`) is the caller's job, before `load`.
+Several `log.dirs` (JBOD, see `log_dirs.py`): each directory has its own
+`meta.properties` (same node and cluster ids) and its own checkpoints for the partitions
+it holds; `tidegate-topics.json` stays in the first. New partitions go to the directory
+holding the fewest; a directory whose write fails with an I/O error (not a full disk)
+goes offline (`fail_dir`), its partitions answering KAFKA_STORAGE_ERROR; `move` serves
+AlterReplicaLogDirs (both in `jbod.py`). With one directory none of this changes a
+file. The first directory's free space and full-disk state are tracked by `space`
+(`disk_space.LogDirSpace`): the periodic jobs here report a full disk to it and skip
+quietly, retrying on their next run. Locking the directories against a second broker
+(`dir_lock`) is the caller's job, before `load`.
 
 Invariants: a topic exists iff it is in `tidegate-topics.json`; metadata is written
 before directories are created and removed before they are deleted, so a crash leaves at
@@ -75,7 +81,9 @@ from tidegate.storage.files import (
     write_offset_checkpoint,
     write_properties,
 )
+from tidegate.storage.jbod import LogDirsMixin
 from tidegate.storage.log import Log
+from tidegate.storage.log_dirs import LogDirs
 from tidegate.storage.topics import (
     TopicMeta,
     collides,
@@ -93,7 +101,7 @@ RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 
 
-class LogManager:
+class LogManager(LogDirsMixin):
     def __init__(
         self,
         log_dirs: Path | str | Sequence[Path | str],
@@ -106,11 +114,8 @@ class LogManager:
         recovery_threads: int = 1,
     ) -> None:
         dirs = [log_dirs] if isinstance(log_dirs, Path | str) else list(log_dirs)
-        if not dirs:
-            raise LogDirectoryError("no log directory configured")
-        if len(dirs) > 1:
-            log.warning("only the first log dir is used: %s (ignoring %s)", dirs[0], dirs[1:])
-        self.log_dir = Path(dirs[0])
+        self.dirs = LogDirs(Path(d) for d in dirs)
+        self.log_dir = self.dirs.first  # the topics file's (and the broker's own files')
         self.broker_defaults = broker_defaults
         self.clock = clock
         self.node_id = node_id
@@ -120,6 +125,7 @@ class LogManager:
         self._lock = threading.RLock()
         self.space = LogDirSpace(self.log_dir, clock=clock)
         self.cluster = cluster
+        self._moving: set[tuple[str, int]] = set()  # partitions `move` is moving
         # Cluster mode: the HWs `load` read from replication-offset-checkpoint.
         self._checkpointed_hws: dict[tuple[str, int], int] = {}
         self._checkpoint_lock = threading.Lock()
@@ -145,54 +151,83 @@ class LogManager:
     def load(self, progress: Callable[[str], None] | None = None) -> None:
         """Check `meta.properties`, then open (and if needed recover) every partition."""
         say = progress or (lambda _msg: None)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for d in self.dirs.dirs:
+            d.mkdir(parents=True, exist_ok=True)
         self._check_meta_properties()
         self.topics = load_topics(self.log_dir)
-        recovery = read_offset_checkpoint(self.log_dir / RECOVERY_CHECKPOINT)
+        recovery: dict[tuple[str, int], int] = {}
+        for d in self.dirs.dirs:
+            recovery.update(read_offset_checkpoint(d / RECOVERY_CHECKPOINT))
         if self.cluster:
-            self._checkpointed_hws = self._read_hw_checkpoint()
+            for d in self.dirs.dirs:
+                self._checkpointed_hws.update(self._read_hw_checkpoint(d))
         expected = {f"{t}-{p}" for t, m in self.topics.items() for p in m.local_partitions()}
-        for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
-            if not entry.is_dir():
-                continue
-            if entry.name.endswith("-delete"):
-                say(f"removing deleted partition directory {entry.name}")
-                shutil.rmtree(entry.path, ignore_errors=True)
-            elif parse_partition_dir(entry.name) and entry.name not in expected:
-                self._set_aside(Path(entry.path), "belongs to no known topic")
+        if self.dirs.jbod:  # finish or undo a move a crash interrupted (log_dirs.py)
+            live = {tp for d in self.dirs.dirs for e in os.scandir(d)
+                    if e.is_dir() and e.name in expected and (tp := parse_partition_dir(e.name))}
+            for d in self.dirs.dirs:
+                for line in self.dirs.resolve_futures(d, live):
+                    say(line)
+        for d in self.dirs.dirs:
+            for entry in sorted(os.scandir(d), key=lambda e: e.name):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith("-delete"):
+                    say(f"removing deleted partition directory {entry.name}")
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                elif (tp := parse_partition_dir(entry.name)) is None:
+                    continue
+                elif entry.name not in expected:
+                    self._set_aside(Path(entry.path), "belongs to no known topic")
+                elif tp in self.dirs.where:
+                    raise LogDirectoryError(
+                        f"Duplicate log directories for {entry.name} are found in both "
+                        f"{self.dirs.where[tp]} and {d}; remove the stale one")
+                else:
+                    self.dirs.where[tp] = d
         jobs = []
         for meta in list(self.topics.values()):
             cfg = self.effective_config(meta.name)
+            for p in meta.local_partitions():
+                self.dirs.place((meta.name, p))  # a partition not found: a new, empty one
             jobs += [(meta, p, cfg, recovery.get((meta.name, p))) for p in meta.local_partitions()]
         self._open_all(jobs, say)
         self.checkpoint_recovery_points()
         say(f"loaded {len(self._logs)} partitions of {len(self.topics)} topics")
 
     def _check_meta_properties(self) -> None:
-        path = self.log_dir / META_PROPERTIES
-        props = read_properties(path)
-        if props is None:
+        """Every directory's meta.properties must name this node and one cluster; those
+        missing are written after all present ones are checked (so a new, empty second
+        directory takes the cluster id of the first, never a fresh one)."""
+        missing = [d for d in self.dirs.dirs if not self._check_one_meta(d)]
+        for d in missing:
             if self._cluster_id is None:
                 self._cluster_id = kafka_uuid(uuid.uuid4())
             new = {"version": "1", "node.id": str(self.node_id), "cluster.id": self._cluster_id}
-            write_properties(path, new, "Written by Tidegate")
-            return
+            write_properties(d / META_PROPERTIES, new, "Written by Tidegate")
+
+    def _check_one_meta(self, log_dir: Path) -> bool:
+        path = log_dir / META_PROPERTIES
+        props = read_properties(path)
+        if props is None:
+            return False
         stored = props.get("node.id") or props.get("broker.id")
         if stored is None or not stored.lstrip("-").isdigit():
             raise LogDirectoryError(f"{path} has no valid node.id; remove or fix it")
         if int(stored) != self.node_id:
             raise LogDirectoryError(
-                f"The log directory {self.log_dir} belongs to node.id {stored}, but this "
+                f"The log directory {log_dir} belongs to node.id {stored}, but this "
                 f"broker is configured with node.id {self.node_id} ({path}). Point log.dirs "
                 f"at this node's own directory, or set node.id={stored}."
             )
         stored_cluster = props.get("cluster.id", "")
         if self._cluster_id and stored_cluster and stored_cluster != self._cluster_id:
             raise InconsistentClusterIdError(
-                f"The log directory {self.log_dir} belongs to cluster {stored_cluster}, "
+                f"The log directory {log_dir} belongs to cluster {stored_cluster}, "
                 f"but cluster.id is configured as {self._cluster_id} ({path})"
             )
         self._cluster_id = stored_cluster or self._cluster_id or kafka_uuid(uuid.uuid4())
+        return True
 
     def _set_aside(self, directory: Path, why: str) -> None:
         stray = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-stray")
@@ -237,7 +272,7 @@ class LogManager:
     def _open_log(self, meta: TopicMeta, partition: int, cfg: LogConfig, rp: int | None) -> Log:
         """Open (creating if needed, recovering if needed) one partition's log; safe to
         run on several threads at once for different partitions."""
-        directory = self.log_dir / f"{meta.name}-{partition}"
+        directory = self.dirs.where[(meta.name, partition)] / f"{meta.name}-{partition}"
         # Cluster mode: the checkpointed HW; none = 0, which the log raises to its start.
         hw = self._checkpointed_hws.get((meta.name, partition), 0) if self.cluster else None
         try:
@@ -255,8 +290,8 @@ class LogManager:
         if self.cluster:
             self.checkpoint_high_watermarks()
 
-    def _read_hw_checkpoint(self) -> dict[tuple[str, int], int]:
-        path = self.log_dir / REPLICATION_CHECKPOINT
+    def _read_hw_checkpoint(self, log_dir: Path) -> dict[tuple[str, int], int]:
+        path = log_dir / REPLICATION_CHECKPOINT
         try:
             return read_offset_checkpoint(path)
         except ValueError as exc:  # every HW then starts at its log start: safe, only slow
@@ -320,6 +355,8 @@ class LogManager:
                 return meta
             self.topics[name] = meta
             save_topics(self.log_dir, self.topics)
+            for p in range(partitions):
+                self.dirs.place((name, p))
             self._open_all([(meta, p, cfg, None) for p in range(partitions)])
             return meta
 
@@ -330,6 +367,8 @@ class LogManager:
                 raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
             save_topics(self.log_dir, self.topics)
             doomed = [self._logs.pop((name, p), None) for p in range(meta.partitions)]
+            for p in range(meta.partitions):
+                self.dirs.where.pop((name, p), None)
         for lg in doomed:
             if lg is not None:
                 lg.delete()
@@ -361,6 +400,7 @@ class LogManager:
             cfg = self.effective_config(name)
             lg = self._logs.get((name, partition))
             if lg is None:
+                self.dirs.place((name, partition))
                 lg = self._open(new, partition, cfg, None)
             elif meta is not None and meta.configs != new.configs:
                 for p in new.local_partitions():
@@ -388,10 +428,12 @@ class LogManager:
                 del self.topics[name]
             save_topics(self.log_dir, self.topics)
             lg = self._logs.pop((name, partition), None)
+            self.dirs.where.pop((name, partition), None)
             return None if lg is None else lg.close_for_delete()
 
     def _drop_log(self, name: str, partition: int) -> None:
         lg = self._logs.pop((name, partition), None)
+        self.dirs.where.pop((name, partition), None)
         if lg is not None:
             lg.delete()
 
@@ -409,6 +451,8 @@ class LogManager:
             self.topics[name] = new
             save_topics(self.log_dir, self.topics)
             cfg = self.effective_config(name)
+            for p in range(meta.partitions, total):
+                self.dirs.place((name, p))
             self._open_all([(new, p, cfg, None) for p in range(meta.partitions, total)])
             return new
 
@@ -488,7 +532,9 @@ class LogManager:
             try:
                 deleted += lg.apply_retention(now_ms)
             except (KafkaError, OSError) as exc:  # e.g. deleted meanwhile
-                if not self._disk_full(exc, f"applying retention to {topic}-{partition}"):
+                what = f"applying retention to {topic}-{partition}"
+                if not self._disk_full(exc, what) and not self._io_failed(
+                        topic, partition, lg, exc, what):
                     log.warning("retention of %s-%d failed: %s", topic, partition, exc)
         return deleted
 
@@ -501,7 +547,9 @@ class LogManager:
             try:
                 stats = clean(lg, now_ms)
             except (KafkaError, OSError) as exc:
-                if not self._disk_full(exc, f"cleaning {topic}-{partition}"):
+                what = f"cleaning {topic}-{partition}"
+                if not self._disk_full(exc, what) and not self._io_failed(
+                        topic, partition, lg, exc, what):
                     log.warning("cleaning %s-%d failed: %s", topic, partition, exc)
                 continue
             if stats.cleaned:
@@ -509,8 +557,13 @@ class LogManager:
         return done
 
     def flush_all(self) -> None:
-        for _, _, lg in self.logs():
-            lg.flush()
+        for topic, partition, lg in self.logs():
+            try:
+                lg.flush()
+            except OSError as exc:
+                if not self._io_failed(topic, partition, lg, exc,
+                                       f"flushing {topic}-{partition}"):
+                    raise
         self.checkpoint_recovery_points()
 
     def checkpoint_recovery_points(self) -> None:
@@ -529,14 +582,25 @@ class LogManager:
                                lambda lg: lg.high_watermark)
 
     def _write_checkpoint(self, name: str, what: str, value: Callable[[Log], int]) -> None:
+        """One file per online directory, with the partitions it holds."""
         with self._checkpoint_lock:
             offsets = {(t, p): value(lg) for t, p, lg in self.logs()}
-            try:
-                write_offset_checkpoint(self.log_dir / name, offsets)
-            except OSError as exc:
-                if not self.space.write_failed(exc, f"checkpointing {what}"):
-                    raise
-                return
+            where: dict[tuple[str, int], Path] = {}
+            if self.dirs.jbod:
+                with self._lock:
+                    where = dict(self.dirs.where)
+            for d in self.dirs.online():
+                mine = offsets if not self.dirs.jbod else {
+                    tp: v for tp, v in offsets.items() if where.get(tp) == d}
+                try:
+                    write_offset_checkpoint(d / name, mine)
+                except OSError as exc:
+                    if self.dirs.jbod and disk_full_error(exc) is None:
+                        self.fail_dir(d, exc, f"checkpointing {what}")
+                        continue
+                    if not self.space.write_failed(exc, f"checkpointing {what}"):
+                        raise
+                    return
         self.space.write_succeeded()
 
     def _disk_full(self, exc: BaseException, what: str) -> bool:

@@ -184,10 +184,12 @@ def test_retention_cleaner_flush_across_logs(tmp_path: Path) -> None:
     assert all(lg.recovery_point == lg.log_end_offset for _, _, lg in m.logs())
 
 
-def test_only_first_log_dir_is_used(tmp_path: Path) -> None:
+def test_every_log_dir_is_used(tmp_path: Path) -> None:
+    """JBOD (tests/unit/storage/test_log_dirs.py): the first directory holds the topics
+    file, every one its own meta.properties."""
     m = LogManager([tmp_path / "a", tmp_path / "b"], LogConfig(), ManualClock())
     m.load()
-    assert m.log_dir == tmp_path / "a" and not (tmp_path / "b").exists()
+    assert m.log_dir == tmp_path / "a" and (tmp_path / "b" / "meta.properties").exists()
 
 
 def test_removing_a_replica_renames_now_and_deletes_later(tmp_path: Path) -> None:

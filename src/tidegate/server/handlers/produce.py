@@ -223,7 +223,8 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 results.append((key, result))
                 continue
             except OSError as e:  # a full disk is logged once per directory, not per append
-                broker.logs.space.write_failed(e, f"appending to {name}-{index}")
+                # (with several log.dirs an I/O error takes the partition's dir offline)
+                broker.logs.write_failed(name, index, e, f"appending to {name}-{index}")
                 results.append(
                     (key, _partition_result(index, ErrorCode.kafka_storage_error, str(e)))
                 )
