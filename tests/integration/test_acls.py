@@ -357,6 +357,8 @@ TABLE: list[tuple[int, int, dict[str, Any], list[tuple[ResourceType, str, AclOpe
     (44, 1, {"resources": [{"resource_type": 2, "resource_name": T, "configs": [
         {"name": "retention.ms", "config_operation": 0, "value": "600000"}]}],
         "validate_only": True}, [(TOPIC, T, Op.ALTER_CONFIGS)], TAF, _each("responses")),
+    (34, 2, {"dirs": [{"path": "/no-such-log-dir", "topics": [{"name": T, "partitions": [0]}]}]},
+     [(CLUSTER, "kafka-cluster", Op.ALTER)], CAF, _parts("results")),
     (35, 4, {"topics": None}, [(CLUSTER, "kafka-cluster", Op.DESCRIBE)], CAF, _top),
     (37, 2, {"topics": [{"name": T, "count": 2, "assignments": None}], "timeout": 5000,
              "validate_only": True}, [(TOPIC, T, Op.ALTER)], TAF, _each("results")),
