@@ -409,14 +409,6 @@ def test_blocking_clients_close_quietly(shared_broker: BrokerProcess, reachable:
         assert bad not in r.stderr, r.stderr
 
 
-# Under `make soak` for now: in two full `make test` runs this session the consumer
-# printed its records, got ^C and then stayed silent for 30 s, on the xdist worker that
-# runs the serial lane; alone, in its module and under CPU load it passes. The child
-# now starts from a terminal's signal state and dumps its stacks (faulthandler) if it
-# hangs: run `make soak` to see which (NOTES.md).
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
-                    reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
 def test_consume_summary_starts_its_own_line_after_ctrl_c(shared_broker: BrokerProcess) -> None:
     import pty
     import select

@@ -305,8 +305,13 @@ class AsyncConsumer:
             for w in pending:
                 w.cancel()
             return bool(done)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+        # cancellation that races the wake-up (background fetches set data_ready
+        # often), and the cancelled poll would return as if nothing happened: a
+        # Ctrl-C on `tidegate consume` was lost that way (client/tasks.py)
         try:
-            await asyncio.wait_for(fetcher.data_ready.wait(), remaining)
+            async with asyncio.timeout(remaining):
+                await fetcher.data_ready.wait()
         except TimeoutError:
             return False
         return True

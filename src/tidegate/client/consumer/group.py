@@ -179,8 +179,8 @@ class ConsumerCoordinator:
         now = time.monotonic()
         if self.subscription.has_patterns and now >= self._next_topic_scan:
             try:
-                meta = await asyncio.wait_for(self.metadata.fetch_all(),
-                                              max(0.1, deadline - now))
+                async with asyncio.timeout(max(0.1, deadline - now)):  # not wait_for: 3.11
+                    meta = await self.metadata.fetch_all()
             except (KafkaError, TimeoutError) as e:
                 log.debug("group %s: topic scan failed: %s", self.group_id, e)
             else:
