@@ -232,12 +232,17 @@ def test_a_move_under_idempotent_produce_loses_and_duplicates_nothing(tmp_path: 
             else:
                 delivered[0] += 1
 
+        moved = threading.Event()  # two moves done: the second half may go
+
         def produce() -> None:
             for i in range(total):
                 producer.produce("mv", b"%d:" % i + pad, partition=0, on_delivery=report)
                 producer.poll(0)
                 if i % 50 == 0:
                     time.sleep(0.01)  # spread over ~0.6 s: the moves land mid-stream
+                if i == total // 2:  # however slow the machine, moves happen mid-stream
+                    producer.flush(30)
+                    moved.wait(60)
             producer.flush(30)
 
         writer = threading.Thread(target=produce)
@@ -254,7 +259,10 @@ def test_a_move_under_idempotent_produce_loses_and_duplicates_nothing(tmp_path: 
                 result = admin.alter_replica_log_dirs({("mv", 0, 1): there})
                 assert [e.errno for e in result.values()] == [0]
                 moves += 1
+                if moves == 2:
+                    moved.set()
         finally:
+            moved.set()
             admin.close()
             writer.join(60)
         assert not failed and moves >= 2, (failed, moves)
