@@ -98,7 +98,7 @@ class Services:
         self._loop = asyncio.new_event_loop()
         ready = threading.Event()
         threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
-        assert ready.wait(10)
+        assert ready.wait(60)  # the participants' servers start in a thread: slow when loaded
 
     def _recorded(self, p: TccParticipant, handle: Any) -> Any:
         def wrapped(action: str, xid: str, payload: str) -> tuple[int, str]:
