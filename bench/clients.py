@@ -27,13 +27,17 @@ Every measurement runs in a fresh interpreter (one client per process), with the
 default asyncio event loop for the asyncio clients. The broker is
 `tests.integration.conftest.BrokerProcess` with its default settings, on the same
 machine. Each cell is measured `--repeat` times, interleaved with the other clients, and
-the best is kept. Besides msgs/s the table shows CPU microseconds per message: of the
-client process (all its threads, librdkafka's included), which varies much less than
-throughput when other work shares the machine, and of the broker during the run.
+the table shows the median and the range. `--baseline-src` measures Tidegate's clients
+from a second tree (a before-change worktree) in the same rounds. Besides msgs/s the
+table shows CPU microseconds per message: of the client process (all its threads,
+librdkafka's included), which varies much less than throughput when other work shares
+the machine, and of the broker during the run.
 
     .venv/bin/python bench/clients.py                     # about 1-2 minutes
     .venv/bin/python bench/clients.py --records 1000000 --repeat 3
     .venv/bin/python bench/clients.py --tidegate-src ../old-checkout/src   # before/after
+    .venv/bin/python bench/clients.py --no-produce --clients tidegate,tidegate-sync,confluent \
+        --repeat 5 --baseline-src /tmp/before/src      # after and before in the same rounds
     .venv/bin/python bench/clients.py --clients tidegate,aiokafka --sizes 100
     .venv/bin/python bench/clients.py --no-produce --tidegate-consumer queued.max.messages.kbytes=0
 """
@@ -401,9 +405,23 @@ class Result:
         self.rate = rate
         self.client_us = client_us
         self.broker_us = broker_us
+        self.low = self.high = rate
 
-    def best(self, other: Result | None) -> Result:
-        return self if other is None or self.rate > other.rate else other
+
+def median(results: list[Result]) -> Result:
+    """The cell's figures: the median of each (msgs/s, CPU per message), and the
+    range of msgs/s in `low`/`high`."""
+    def mid(xs: list[float]) -> float:
+        xs = sorted(xs)
+        n = len(xs)
+        return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+    brokers = [r.broker_us for r in results if r.broker_us is not None]
+    out = Result(mid([r.rate for r in results]), mid([r.client_us for r in results]),
+                 mid(brokers) if brokers else None)
+    out.low = min(r.rate for r in results)
+    out.high = max(r.rate for r in results)
+    return out
 
 
 def process_cpu(pid: int) -> float | None:
@@ -417,7 +435,7 @@ def process_cpu(pid: int) -> float | None:
 
 def measure(kind: str, client: str, broker_pid: int, bootstrap: str, topic: str,
             records: int, size: int, partitions: int, client_src: Path) -> Result:
-    cmd = [sys.executable, __file__, "--worker", kind, "--client", client,
+    cmd = [sys.executable, __file__, "--worker", kind, "--client", client.split("@")[0],
            "--bootstrap", bootstrap, "--topic", topic, "--records", str(records),
            "--size", str(size), "--partitions", str(partitions)]
     env = dict(os.environ)
@@ -461,11 +479,18 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
-def table(title: str, rows: dict[tuple[str, int], Result], clients: list[str],
+def label(client: str) -> str:
+    name, _, base = client.partition("@")
+    return LABELS[name] + (" base" if base else "")
+
+
+def table(title: str, cells: dict[tuple[str, int], list[Result]], clients: list[str],
           sizes: list[int]) -> list[str]:
+    rows = {key: median(results) for key, results in cells.items()}
     out = [title]
-    head = (f"{'client':<21}{'size':>6}{'msgs/s':>11}{'MB/s':>8}{'client us/msg':>15}"
-            f"{'broker us/msg':>15}{'vs aiokafka':>13}{'vs confluent':>14}")
+    head = (f"{'client':<26}{'size':>6}{'msgs/s':>11}{'range':>21}{'MB/s':>8}"
+            f"{'client us/msg':>15}{'broker us/msg':>15}{'vs aiokafka':>13}"
+            f"{'vs confluent':>14}")
     out.append(head)
     out.append("-" * len(head))
     for size in sizes:
@@ -474,9 +499,10 @@ def table(title: str, rows: dict[tuple[str, int], Result], clients: list[str],
             aio = rows.get(("aiokafka", size))
             ck = rows.get(("confluent", size))
             broker = "-" if r.broker_us is None else f"{r.broker_us:.2f}"
+            spread = f"{r.low:,.0f}-{r.high:,.0f}"
             out.append(
-                f"{LABELS[c]:<21}{size:>6}{r.rate:>11,.0f}{r.rate * size / 1e6:>8.1f}"
-                f"{r.client_us:>15.2f}{broker:>15}"
+                f"{label(c):<26}{size:>6}{r.rate:>11,.0f}{spread:>21}"
+                f"{r.rate * size / 1e6:>8.1f}{r.client_us:>15.2f}{broker:>15}"
                 f"{(f'{r.rate / aio.rate:.2f}' if aio else '-'):>13}"
                 f"{(f'{r.rate / ck.rate:.2f}' if ck else '-'):>14}")
     return out
@@ -491,13 +517,16 @@ def main() -> None:
     ap.add_argument("--clients", default=",".join(CLIENTS),
                     help=f"comma-separated subset of {', '.join(CLIENTS)}")
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=2,
-                    help="measure each cell this many times (interleaved) and keep the "
-                         "best (default 2)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="measure each cell this many times (interleaved) and show the "
+                         "median and the range (default 3)")
     ap.add_argument("--tidegate-src", type=Path, default=ROOT / "src", metavar="DIR",
                     help="take the clients (Tidegate's and the bench's imports) from this "
                          "src directory, e.g. another checkout's, to compare before/after; "
                          "the broker always runs from this checkout")
+    ap.add_argument("--baseline-src", type=Path, default=None, metavar="DIR",
+                    help="also measure Tidegate's clients from this src directory (e.g. "
+                         "a worktree of HEAD) in the same rounds, as 'base' rows")
     ap.add_argument("--tidegate-consumer", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting for Tidegate's consumers (Kafka's dotted key; "
                          "repeatable), e.g. queued.max.messages.kbytes=0 to fetch one "
@@ -524,12 +553,18 @@ def main() -> None:
         if c not in CLIENTS:
             ap.error(f"unknown client {c!r}; choose from {', '.join(CLIENTS)}")
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.baseline_src is not None:  # 'tidegate@base': Tidegate's client from there
+        clients += [f"{c}@base" for c in clients if c.startswith("tidegate")]
+
+    def src(client: str) -> Path:
+        where: Path = args.baseline_src if client.endswith("@base") else args.tidegate_src
+        return where
 
     def count(size: int) -> int:
         return args.records or (200_000 if size <= 512 else 100_000)
 
-    produced: dict[tuple[str, int], Result] = {}
-    consumed: dict[tuple[str, int], Result] = {}
+    produced: dict[tuple[str, int], list[Result]] = {}
+    consumed: dict[tuple[str, int], list[Result]] = {}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(dir=os.environ.get("TIDEGATE_BENCH_DIR")) as tmp:
         broker = BrokerProcess(
@@ -549,18 +584,18 @@ def main() -> None:
                 for rep in range(args.repeat):
                     for c in clients:
                         if not args.no_produce:
-                            topic = f"produce-{c}-{size}-{rep}"
+                            topic = f"produce-{c.replace('@', '-')}-{size}-{rep}"
                             create_topic(bs, topic, args.partitions)
                             r = measure("produce", c, pid, bs, topic, n, size, args.partitions,
-                                        args.tidegate_src)
-                            produced[(c, size)] = r.best(produced.get((c, size)))
-                            print(f"  produce {LABELS[c]:<20} {size:>5} B: {r.rate:>10,.0f} "
+                                        src(c))
+                            produced.setdefault((c, size), []).append(r)
+                            print(f"  produce {label(c):<25} {size:>5} B: {r.rate:>10,.0f} "
                                   "msgs/s", file=sys.stderr, flush=True)
                         if not args.no_consume:
                             r = measure("consume", c, pid, bs, source, n, size,
-                                        args.partitions, args.tidegate_src)
-                            consumed[(c, size)] = r.best(consumed.get((c, size)))
-                            print(f"  consume {LABELS[c]:<20} {size:>5} B: {r.rate:>10,.0f} "
+                                        args.partitions, src(c))
+                            consumed.setdefault((c, size), []).append(r)
+                            print(f"  consume {label(c):<25} {size:>5} B: {r.rate:>10,.0f} "
                                   "msgs/s", file=sys.stderr, flush=True)
         finally:
             broker.stop()
@@ -577,7 +612,7 @@ def main() -> None:
     print(f"workload: {args.partitions} partitions; "
           + ", ".join(f"{count(s):,} x {s} B" for s in sizes)
           + f"; acks=1, linger {LINGER_MS} ms, batch {BATCH_BYTES // 1024} KiB, no compression,"
-          f" idempotence off; best of {args.repeat}"
+          f" idempotence off; median of {args.repeat} rounds (range: lowest-highest)"
           + (f"; Tidegate consumer settings {extra}" if extra else ""))
     print()
     if produced:

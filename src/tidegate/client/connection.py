@@ -160,7 +160,12 @@ class ClientConnection:
             raise ProtocolError(f"bad response frame: {e}") from e
         return [self._response(frame) for frame in frames]
 
-    def _response(self, frame: bytes) -> tuple[InFlight, Entity]:
+    def receive_frames(self, frames: list[bytes | memoryview]) -> list[tuple[InFlight, Entity]]:
+        """`receive_data` for frames already split (client/stream.py reads them in
+        place): each frame's bytes without its size prefix."""
+        return [self._response(frame) for frame in frames]
+
+    def _response(self, frame: bytes | memoryview) -> tuple[InFlight, Entity]:
         if not self._in_flight:
             raise ProtocolError("received a response with no request in flight")
         req = self._in_flight[0]

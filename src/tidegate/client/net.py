@@ -1,6 +1,7 @@
 """asyncio broker connections: connect, negotiate versions, pipeline requests, reconnect.
 
-`BrokerConnection` owns one TCP stream and a sans-IO `ClientConnection`. Opening it
+`BrokerConnection` owns one TCP stream (`stream.ResponseStream`, which reads response
+frames in place) and a sans-IO `ClientConnection`. Opening it
 sends ApiVersions and keeps, per API, the highest version both sides speak, so callers
 build request bodies from plain dicts without choosing versions. Requests are
 pipelined: each `request()` writes at once and waits for its own response, which a
@@ -46,6 +47,7 @@ from tidegate.client.security import (
     describe_tls_failure,
     sasl_login,
 )
+from tidegate.client.stream import ResponseStream
 from tidegate.client.tasks import cancel_and_wait
 from tidegate.client.types import BrokerInfo
 from tidegate.common.errors import KafkaError, UnsupportedVersionError, error_for_code
@@ -66,15 +68,13 @@ def parse_address(text: str) -> tuple[str, int]:
 class BrokerConnection:
     """One connection to one broker; see the module docstring."""
 
-    def __init__(self, host: str, port: int, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, *, client_id: str | None,
-                 request_timeout_ms: int, node_id: int = -1) -> None:
+    def __init__(self, host: str, port: int, stream: ResponseStream, *,
+                 client_id: str | None, request_timeout_ms: int, node_id: int = -1) -> None:
         self.host = host
         self.port = port
         self.node_id = node_id
         self.request_timeout_ms = request_timeout_ms
-        self._reader = reader
-        self._writer = writer
+        self._writer = stream  # reads too: frames land in place (client/stream.py)
         self._proto = ClientConnection(client_id)
         self._waiters: dict[int, asyncio.Future[Response]] = {}
         self._closed: BaseException | None = None
@@ -97,10 +97,12 @@ class BrokerConnection:
         SASL if configured. KafkaConnectionError if unreachable, AuthenticationError
         (SslHandshakeError for TLS) if refused."""
         tls = security.tls if security is not None else None
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=1 << 20, ssl=tls,
-                                        server_hostname=host if tls else None),
+            _, stream = await asyncio.wait_for(
+                loop.create_connection(lambda: ResponseStream(loop, f"{host}:{port}"),
+                                       host, port, ssl=tls,
+                                       server_hostname=host if tls else None),
                 connect_timeout_ms / 1000)
         except ssl.SSLError as e:
             raise SslHandshakeError(describe_tls_failure(e, f"{host}:{port}")) from e
@@ -112,7 +114,7 @@ class BrokerConnection:
             else:
                 why = str(e)
             raise KafkaConnectionError(f"cannot reach {host}:{port} ({why})") from e
-        conn = cls(host, port, reader, writer, client_id=client_id,
+        conn = cls(host, port, stream, client_id=client_id,
                    request_timeout_ms=request_timeout_ms, node_id=node_id)
         try:
             await conn._negotiate()
@@ -245,7 +247,8 @@ class BrokerConnection:
 
     def write_buffered(self) -> int:
         """Bytes written but not yet handed to the socket."""
-        return self._writer.transport.get_write_buffer_size()
+        tr = self._writer.transport
+        return tr.get_write_buffer_size() if tr is not None else 0
 
     async def drain(self) -> None:
         """Wait until the socket's write buffer is below its high-water mark (as
@@ -266,11 +269,8 @@ class BrokerConnection:
     async def _read_loop(self) -> None:
         try:
             while True:
-                data = await self._reader.read(1 << 20)
-                if not data:
-                    raise KafkaConnectionError(
-                        f"broker {self.host}:{self.port} closed the connection")
-                for req, resp in self._proto.receive_data(data):
+                frames = await self._writer.read_frames()
+                for req, resp in self._proto.receive_frames(frames):
                     fut = self._waiters.pop(req.correlation_id, None)
                     if fut is not None and not fut.done():
                         fut.set_result(resp)

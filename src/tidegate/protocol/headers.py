@@ -105,7 +105,7 @@ def encode_request_header(
     return out + b"\x00" if flexible else out
 
 
-def parse_response_header(frame: bytes, flexible: bool) -> tuple[int, int]:
+def parse_response_header(frame: bytes | memoryview, flexible: bool) -> tuple[int, int]:
     if len(frame) < 4:
         raise HeaderError("response shorter than its header")
     (correlation_id,) = _I32.unpack_from(frame, 0)

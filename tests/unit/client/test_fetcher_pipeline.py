@@ -61,7 +61,7 @@ class Rig:
         self.consumer._fetcher = self.fetcher
         self.sent: list[list[TopicPartition]] = []
 
-        async def record(node: int, tps: list[TopicPartition]) -> None:
+        async def record(node: int, tps: list[TopicPartition], *_: object) -> None:
             self.sent.append(sorted(tps))
 
         self.fetcher._fetch = record  # type: ignore[method-assign]

@@ -37,6 +37,9 @@ class Cache:
     def request_update(self) -> None:
         pass
 
+    def topic_id(self, topic: str) -> object:  # the request is built as the fetch is sent
+        return None
+
 
 class Metadata:
     def __init__(self) -> None:
@@ -59,7 +62,7 @@ def make(**overrides: Any) -> tuple[Fetcher, list[tuple[int, list[TopicPartition
     )
     sent: list[tuple[int, list[TopicPartition]]] = []
 
-    async def fake_fetch(node: int, tps: list[TopicPartition]) -> None:
+    async def fake_fetch(node: int, tps: list[TopicPartition], *_: object) -> None:
         sent.append((node, sorted(tps)))
 
     fetcher._fetch = fake_fetch  # type: ignore[method-assign]

@@ -285,8 +285,12 @@ class Fetcher:
             self._deferred.pop(node, None)
             parts = self._split(tps) if eager and not running and self._ahead_limit else [tps]
             for part in parts:
+                # The offsets are taken now, not when the task first runs: by then the
+                # application may have unassigned or reset a partition of it.
+                request = self._request(part)
                 self._fetching.update(part)
-                task = asyncio.get_running_loop().create_task(self._fetch(node, part))
+                task = asyncio.get_running_loop().create_task(
+                    self._fetch(node, part, request))
                 self._in_flight.setdefault(node, []).append((task, eager))
         return delay
 
@@ -392,9 +396,12 @@ class Fetcher:
         }
         return data, offsets
 
-    async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
+    async def _fetch(
+        self, node: int, tps: list[TopicPartition],
+        request: tuple[dict[str, Any], dict[TopicPartition, _Sent]],
+    ) -> None:
         try:
-            data, offsets = self._request(tps)
+            data, offsets = request
             timeout = self.config.request_timeout_ms + self.config.fetch_max_wait_ms
             resp = await self.metadata.net.request(node, FETCH, data, timeout_ms=timeout)
             self._handle(resp, offsets)
