@@ -278,6 +278,9 @@ class Target:
     commit_rates: list[float] = field(default_factory=list)  # part 2: commits/s per round
     # part 2, per round: commit p50, p99, whole-transaction p50, p99 (ms), broker CPU ms/commit
     commit_p: list[tuple[float, float, float, float, float]] = field(default_factory=list)
+    # part 2, per round: CPU ms per commit of the Tidegate brokers' event-loop threads
+    # (the one thread all requests run on: its ceiling is the broker's; None for Kafka)
+    loop_cpu: list[float | None] = field(default_factory=list)
     reads: dict[str, list[float]] = field(  # part 3: records/s per isolation level
         default_factory=lambda: {lv: [] for lv in ISOLATION_LEVELS})
 
@@ -293,6 +296,21 @@ class Results:
 
 def _cpu(brokers: list[Broker]) -> float:
     return sum(b.cpu_seconds() for b in brokers)
+
+
+def _loop_cpu(brokers: list[Any]) -> float | None:
+    """CPU seconds so far of the Tidegate brokers' main threads, where the event loop
+    runs (Linux schedstat); None for other brokers (Kafka's JVM)."""
+    total = 0
+    for b in brokers:
+        if not isinstance(b, Broker) or b.proc is None:
+            return None
+        try:
+            stat = Path(f"/proc/{b.proc.pid}/task/{b.proc.pid}/schedstat").read_text()
+        except OSError:
+            return None
+        total += int(stat.split()[0])
+    return total / 1e9
 
 
 def measure(args: argparse.Namespace, res: Results, where: dict[str, tuple[str, list[Broker]]]
@@ -318,11 +336,14 @@ def measure(args: argparse.Namespace, res: Results, where: dict[str, tuple[str, 
         for t in _rotated(names, r):  # part 2
             (bs, brokers), out = where[t], res.targets[t]
             progress(f"round {r + 1}/{args.rounds}: one-record transactions, {TARGETS[t]}")
-            before = _cpu(brokers)
+            before, loop_before = _cpu(brokers), _loop_cpu(brokers)
             rate, commits, whole = commit_round(bs, "one-record", args.producers,
                                                 args.partitions, args.seconds,
                                                 args.workers, r)
             cpu_ms = (_cpu(brokers) - before) * 1000 / len(commits)
+            loop_after = _loop_cpu(brokers)
+            out.loop_cpu.append(None if loop_before is None or loop_after is None
+                                else (loop_after - loop_before) * 1000 / len(commits))
             out.commit_rates.append(rate)
             out.commit_p.append((statistics.median(commits), pct(commits, 99),
                                  statistics.median(whole), pct(whole, 99), cpu_ms))
@@ -474,6 +495,9 @@ def _report_commits(args: argparse.Namespace, res: Results) -> None:
         line(label, vals, ".2f", f"{res.floor[k % 2]:.2f}", aim)
     line("broker CPU ms per commit (all brokers)",
          {t: med([c[4] for c in out.commit_p]) for t, out in res.targets.items()}, ".2f")
+    loops = {t: [x for x in out.loop_cpu if x is not None] for t, out in res.targets.items()}
+    _row("  of which the event-loop thread", [f"{med(v):.2f}" if v else "-"
+                                               for v in loops.values()], width=18)
     for t, out in res.targets.items():
         print(f"  rounds, {TARGETS[t]}, commits/s: "
               f"{', '.join(f'{x:,.0f}' for x in out.commit_rates)}")

@@ -260,6 +260,12 @@ class TransactionCoordinator:
         the record is appended, before it is fsynced (module docstring). Never for the
         implicit add of transaction version 2 (`verify_partition(add=True)`), whose
         answer lets data be appended at once."""
+        if not verify_only and self._finishing(transactional_id, producer_id, epoch):
+            # the usual case right after a commit (module docstring of `_patiently`):
+            # wait for the finish first instead of running the operation once only to
+            # be told CONCURRENT_TRANSACTIONS (about 2 % of the event loop's time under
+            # the one-record transaction bench)
+            await self.finisher.wait_completed(transactional_id, _CONCURRENT_WAIT_S)
         resp = await self._patiently(
             transactional_id,
             lambda s, now, _t: ops.add_partitions(
@@ -268,6 +274,17 @@ class TransactionCoordinator:
             lambda r: ErrorCode.concurrent_transactions in r.errors.values(),
             before_durable=before_durable)
         return resp.errors
+
+    def _finishing(self, transactional_id: str, producer_id: int, epoch: int) -> bool:
+        """This producer's (same id and epoch: a fenced one is answered at once) previous
+        transaction is being finished."""
+        try:
+            meta = self.runtime.shard(self.partition_for(transactional_id)).txns.get(
+                transactional_id)
+        except KafkaError:
+            return False
+        return (meta is not None and meta.state.is_prepare
+                and meta.producer_id == producer_id and meta.producer_epoch == epoch)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                           group_id: str) -> ErrorCode:
@@ -286,8 +303,11 @@ class TransactionCoordinator:
             return await self.remote.verify(transactional_id, producer_id, epoch, tp, add=add)
         if not add:
             quick = self._verify_now(transactional_id, producer_id, epoch, tp)
-            if quick is not None:
-                return quick
+            if quick is None:
+                quick = await self._verify_when_durable(transactional_id, producer_id,
+                                                        epoch, tp)
+            if quick is not None and quick != ErrorCode.concurrent_transactions:
+                return quick  # (concurrent: the operation below waits for the finish)
         results = await self.add_partitions(transactional_id, producer_id, epoch, [tp],
                                             verify_only=not add)
         return results.get(tp, ErrorCode.unknown_server_error)
@@ -318,6 +338,26 @@ class TransactionCoordinator:
         if response is PARKED:
             return None
         return response.errors.get(tp, ErrorCode.unknown_server_error)
+
+    async def _verify_when_durable(self, transactional_id: str, producer_id: int,
+                                   epoch: int, tp: TopicPartition) -> ErrorCode | None:
+        """One node: wait until the coordinator partition's log is durable to its present
+        end (the usual case on the produce path: the AddPartitionsToTxn record was just
+        appended, answered before its fsync), then read as `_verify_now` does — which
+        checks again that the log is durable to its end, so a record appended meanwhile
+        sends the request down the operation path. Saves an operation per transaction
+        (about 2 % of the event loop under the one-record transaction bench). None: ask
+        through the shell."""
+        if self.cluster or not self.shell.started:
+            return None
+        lg = self.broker.get_log(TRANSACTION_STATE, self.partition_for(transactional_id))
+        if lg is None:
+            return None
+        try:
+            await self.broker.wait_durable(lg, lg.log_end_offset)
+        except Exception:
+            return None  # a failed fsync: the operation path reports it (and reloads)
+        return self._verify_now(transactional_id, producer_id, epoch, tp)
 
     async def verify_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                              group_id: str, *, add: bool = False) -> ErrorCode:

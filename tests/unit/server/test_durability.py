@@ -101,3 +101,69 @@ def test_a_waiter_covered_by_the_running_flush_queues_no_other() -> None:
         assert lg.calls == 2 and lg.recovery_point == 4
 
     asyncio.run(main())
+
+
+def test_no_waiter_is_released_before_the_flush_covering_it_has_returned() -> None:
+    """The guarantee every acknowledged write relies on: `wait_durable` returns only after
+    a flush that covers its offset has returned in its thread — not when it was handed
+    out — and an offset appended after a flush read the log end waits for the next one
+    (a flush round is a chain of callbacks, not a Task: the order must not change)."""
+    lg = FlakyLog(0, OSError())
+    gates = [threading.Event(), threading.Event()]
+    real = lg.flush
+
+    def gated_flush() -> int:
+        end = lg.end  # what this flush covers: the end when it starts
+        gates[lg.calls].wait(5)
+        lg.calls += 1
+        lg.recovery_point = max(lg.recovery_point, end)
+        return lg.recovery_point
+
+    lg.flush = gated_flush  # type: ignore[method-assign]
+    assert real is not None
+
+    async def main() -> None:
+        gc = GroupCommit(lambda _t, _rp: None)
+        lg.end = 3
+        first = asyncio.ensure_future(gc.wait_durable(lg, 3))
+        await asyncio.sleep(0.05)  # the first flush is running (covers 3)
+        lg.end = 5
+        later = asyncio.ensure_future(gc.wait_durable(lg, 5))
+        await asyncio.sleep(0.05)
+        assert not first.done() and not later.done(), "released before the fsync returned"
+        gates[0].set()
+        await asyncio.wait_for(first, 5)
+        await asyncio.sleep(0.05)
+        assert not later.done(), "released by a flush that started before its append"
+        gates[1].set()
+        await asyncio.wait_for(later, 5)
+        assert lg.calls == 2 and lg.recovery_point == 5 and gc.fsync_rounds == 2
+
+    asyncio.run(main())
+
+
+def test_a_round_that_raises_does_not_stop_later_flushes() -> None:
+    """A bug in a round's callback (here `on_flushed`) is reported by the loop, and the
+    log is not left marked as flushing forever: later waiters still get their flush."""
+    lg = FlakyLog(0, OSError())
+    calls: list[int] = []
+
+    def on_flushed(_t: object, rp: int) -> None:
+        calls.append(rp)
+        if len(calls) == 1:
+            raise ValueError("bug")
+
+    async def main() -> None:
+        reported: list[object] = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _loop, ctx: reported.append(ctx.get("exception")))
+        gc = GroupCommit(on_flushed)
+        lg.end = 2
+        first = asyncio.ensure_future(gc.wait_durable(lg, 2))
+        await asyncio.sleep(0.1)
+        assert reported and isinstance(reported[0], ValueError)
+        lg.end = 4
+        await asyncio.wait_for(gc.wait_durable(lg, 4), 5)
+        assert lg.recovery_point == 4 and first.done()
+
+    asyncio.run(main())
