@@ -1,6 +1,6 @@
-"""Fetching ahead (consumer/fetcher.py): a partition's next fetch goes out while its
-last one is still being read, and an answer that a seek, reset, revocation or pause
-made stale is never handed to the application.
+"""Fetching ahead (consumer/fetcher.py; answers: consumer/fetch_buffer.py): a partition's
+next fetch goes out while its last one is still being read, and an answer that a seek,
+reset, revocation or pause made stale is never handed to the application.
 
 No network: the fetcher's `_fetch` task is replaced by a recorder, and the broker's
 answers are built here and fed to `Fetcher._handle` as the real `_fetch` does, with the

@@ -6,7 +6,9 @@ starts where ``auto.offset.reset`` says (earliest / latest; ``none`` raises
 `NoOffsetForPartitionError` from `poll`). The *position* is the offset of the next
 record `poll` will return; it advances as records are returned. Fetching runs in the
 background (`fetcher.Fetcher`), so the next fetch is under way while the application
-processes the last batch.
+processes the last batch. Assignment, seeks, positions, pause/resume and offset
+lookups are `positions.ConsumerPositions` (the base class); this module has the
+lifecycle, the group API and reading.
 
 `poll()` returns `ConsumerRecord`s (with topic, partition, offset, timestamp,
 timestamp type, key, value, headers), at most ``max.poll.records`` per call, taking
@@ -37,28 +39,25 @@ from tidegate.client.consumer.group import (  # consumer groups
     ConsumerGroupMetadata,
 )
 from tidegate.client.consumer.group_offsets import InvalidGroupIdError, OffsetAndMetadata
-from tidegate.client.consumer.state import EARLIEST, LATEST, Assignment
+from tidegate.client.consumer.positions import ConsumerPositions, PartitionLike, as_tp
+from tidegate.client.consumer.state import Assignment
 from tidegate.client.errors import ClientClosedError
 from tidegate.client.metadata import MetadataClient
 from tidegate.client.net import NetworkClient
-from tidegate.client.offsets import list_offsets
-from tidegate.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from tidegate.client.types import ConsumerRecord, TopicPartition
 from tidegate.records.record import Record
 
-__all__ = ["AsyncConsumer"]
+__all__ = ["AsyncConsumer", "PartitionLike", "TopicsLike"]
 
 log = logging.getLogger("tidegate.client.consumer")
 
-PartitionLike = TopicPartition | tuple[str, int]
 TopicsLike = Iterable[str | re.Pattern[str]] | str | re.Pattern[str]
 
 
-def _tp(p: PartitionLike) -> TopicPartition:
-    return p if isinstance(p, TopicPartition) else TopicPartition(p[0], int(p[1]))
-
-
-class AsyncConsumer:
-    """See the module docstring. Use as ``async with AsyncConsumer({...}) as c:``."""
+class AsyncConsumer(ConsumerPositions):
+    """See the module docstring. Use as ``async with AsyncConsumer({...}) as c:``.
+    Assignment, seeks, positions and offset lookups are in the base class
+    (`positions.ConsumerPositions`)."""
 
     def __init__(self, config: ConsumerConfig | Mapping[str, object] | None = None,
                  **overrides: object) -> None:
@@ -121,8 +120,6 @@ class AsyncConsumer:
                         tb: TracebackType | None) -> None:
         await self.close()
 
-    # -- assignment and positions ------------------------------------------------------
-
     # -- consumer groups ---------------------------------------------------------------
 
     def _need_group(self, what: str) -> ConsumerCoordinator:
@@ -169,7 +166,7 @@ class AsyncConsumer:
                         ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offsets for `partitions` (None: nothing committed)."""
         return await self._need_group("committed()").committed(
-            [_tp(p) for p in partitions], timeout_ms)
+            [as_tp(p) for p in partitions], timeout_ms)
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """Group id, generation and member id (for transactional offset commits)."""
@@ -179,95 +176,7 @@ class AsyncConsumer:
         if self._fetcher is not None:
             self._fetcher.wakeup()
 
-    # -- manual assignment -------------------------------------------------------------
-
-    def assign(self, partitions: Iterable[PartitionLike]) -> None:
-        """Read exactly these partitions (replacing any previous assignment)."""
-        if self._group is not None and self._group.subscription.active:
-            raise RuntimeError("assign() while subscribed: call unsubscribe() first; a "
-                               "consumer either subscribes or assigns")
-        self._set_assignment(_tp(p) for p in partitions)
-
-    def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
-        tps = list(partitions)
-        self._assignment.assign(tps)
-        self._metadata.tracked |= {tp.topic for tp in tps}
-        if self._fetcher is not None:
-            self._fetcher.retain(self._assignment.partitions)
-            self._fetcher.wakeup()
-        self._iter_buf = [r for r in self._iter_buf[self._iter_pos:]
-                          if (r.topic, r.partition) in self._assignment.partitions]
-        self._iter_pos = 0
-
-    def assignment(self) -> set[TopicPartition]:
-        return set(self._assignment.partitions)
-
-    def _moved(self, tp: TopicPartition) -> None:
-        if self._fetcher is not None:
-            self._fetcher.discard(tp)
-            self._fetcher.wakeup()
-        if self._iter_pos < len(self._iter_buf):
-            self._iter_buf = [r for r in self._iter_buf[self._iter_pos:]
-                              if (r.topic, r.partition) != tp]
-            self._iter_pos = 0
-
-    def seek(self, partition: PartitionLike, offset: int) -> None:
-        """The next record returned for `partition` will be at `offset`."""
-        tp = _tp(partition)
-        self._assignment.seek(tp, offset)
-        self._moved(tp)
-
-    def seek_to_beginning(self, *partitions: PartitionLike) -> None:
-        """Move to the log start offset (evaluated lazily, as in Kafka). No arguments:
-        every assigned partition."""
-        for tp in [_tp(p) for p in partitions] or list(self._assignment.partitions):
-            self._assignment.request_reset(tp, EARLIEST)
-            self._moved(tp)
-
-    def seek_to_end(self, *partitions: PartitionLike) -> None:
-        """Move to the end (high watermark, or LSO with read_committed), lazily."""
-        for tp in [_tp(p) for p in partitions] or list(self._assignment.partitions):
-            self._assignment.request_reset(tp, LATEST)
-            self._moved(tp)
-
-    async def position(self, partition: PartitionLike) -> int:
-        """Offset of the next record to be returned for `partition`."""
-        tp = _tp(partition)
-        st = self._assignment.state(tp)
-        fetcher = self._started()
-        if st.position is None and self._group is not None:  # committed offset first
-            await self._group.ensure_positions([tp])
-        if st.position is None:
-            await fetcher.reset_positions()
-            self._raise_pending()
-        if st.position is None:
-            raise RuntimeError(f"no position for {tp.topic}-{tp.partition}")
-        return st.position
-
-    def highwater(self, partition: PartitionLike) -> int | None:
-        """The high watermark from the last fetch of `partition`, if any."""
-        hw = self._assignment.state(_tp(partition)).high_watermark
-        return hw if hw >= 0 else None
-
-    def pause(self, *partitions: PartitionLike) -> None:
-        """Stop returning and fetching records of these partitions until resumed."""
-        for p in partitions:
-            self._assignment.state(_tp(p)).paused = True
-
-    def resume(self, *partitions: PartitionLike) -> None:
-        for p in partitions:
-            self._assignment.state(_tp(p)).paused = False
-        if self._fetcher is not None:
-            self._fetcher.wakeup()
-
-    def paused(self) -> set[TopicPartition]:
-        return {tp for tp, st in self._assignment.partitions.items() if st.paused}
-
     # -- reading -----------------------------------------------------------------------
-
-    def _raise_pending(self) -> None:
-        if self._fetcher is not None and self._fetcher.errors:
-            raise self._fetcher.errors.popleft()
 
     def _ready_partitions(self, fetcher: Fetcher) -> list[TopicPartition]:
         tps = [tp for tp in fetcher.buffered
@@ -393,38 +302,3 @@ class AsyncConsumer:
         record = self._iter_buf[self._iter_pos]
         self._iter_pos += 1
         return record
-
-    # -- offsets lookups ---------------------------------------------------------------
-
-    async def _list(self, query: Mapping[TopicPartition, int],
-                    timeout_ms: int | None) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        self._started()
-        return await list_offsets(
-            self._metadata, query, isolation_level=self.config.isolation,
-            timeout_ms=self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
-            retry_backoff_ms=self.config.retry_backoff_ms)
-
-    async def offsets_for_times(self, timestamps: Mapping[PartitionLike, int],
-                                timeout_ms: int | None = None
-                                ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        """The earliest offset whose timestamp is >= the given one, per partition
-        (None where no such record exists)."""
-        return await self._list({_tp(p): ts for p, ts in timestamps.items()}, timeout_ms)
-
-    async def beginning_offsets(self, partitions: Iterable[PartitionLike],
-                                timeout_ms: int | None = None) -> dict[TopicPartition, int]:
-        found = await self._list({_tp(p): EARLIEST for p in partitions}, timeout_ms)
-        return {tp: v.offset if v else 0 for tp, v in found.items()}
-
-    async def end_offsets(self, partitions: Iterable[PartitionLike],
-                          timeout_ms: int | None = None) -> dict[TopicPartition, int]:
-        found = await self._list({_tp(p): LATEST for p in partitions}, timeout_ms)
-        return {tp: v.offset if v else 0 for tp, v in found.items()}
-
-    async def partitions_for_topic(self, topic: str, timeout_ms: int | None = None) -> list[int]:
-        """The topic's partition ids, waiting up to `timeout_ms` (default
-        default.api.timeout.ms) for it to appear; UnknownTopicOrPartitionError after."""
-        self._started()
-        info = await self._metadata.topic(
-            topic, self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms)
-        return sorted(info.partitions)

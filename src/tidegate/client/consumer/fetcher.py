@@ -6,7 +6,7 @@ leads a fetchable partition (assigned, not paused, position known, room in its q
 and has room for another fetch, send a Fetch request in a task of its own. Results land
 in `buffered` as `PartitionRecords`; errors that the application must see
 (OFFSET_OUT_OF_RANGE with ``auto.offset.reset=none``, corrupt data, authorization)
-are queued in `errors` for `poll()` to raise.
+are queued in `errors` for `poll()` to raise (see `fetch_buffer`).
 
 Fetching ahead (pipelining, as librdkafka does): a partition whose records from one
 fetch are still waiting in `buffered` is fetched again from where that fetch ended,
@@ -17,13 +17,8 @@ and none is sent while the consumer holds ``queued.max.messages.kbytes`` of fetc
 data or more (0 turns fetching ahead off): memory stays bounded by about two fetches
 per partition.
 
-A fetch is used only if its partition is still assigned (the same `PartitionState`),
-was not sought or reset since it was sent (`PartitionState.epoch`) and its offset is
-still where the partition's queue ends: a seek, a reset or a revocation while a fetch
-is in flight discards its answer. Errors in an answer fetched ahead are not acted on:
-the partition is fetched again once its position reaches that offset (`_no_ahead`), so
-OFFSET_OUT_OF_RANGE, corrupt data and the like surface when the application gets there,
-as without fetching ahead.
+What an answer does (which answers are stale, errors, fetched-ahead data) is
+`fetch_buffer.FetchBuffer`, this class's base, which also holds the fetched data.
 
 One fetch covers all of a broker's fetchable partitions. A broker has at most
 `MAX_FETCHES_PER_BROKER` (2) fetches outstanding, for different partitions, and a
@@ -35,9 +30,6 @@ is held back while another partition of that broker is still being read from the
 buffer, for at most
 ``fetch.max.wait.ms``: otherwise a backlogged partition next to idle ones would be
 fetched once per ``fetch.max.wait.ms`` (see `Fetcher._draining_nodes`).
-
-``isolation.level`` is passed to the broker; control batches are always dropped, and
-with read_committed so are the batches of aborted transactions (`aborted`).
 """
 
 from __future__ import annotations
@@ -46,33 +38,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
-from collections.abc import Mapping
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.client.config import ConsumerConfig
-from tidegate.client.consumer.aborted import aborted_from_response
-from tidegate.client.consumer.state import (
-    EARLIEST,
-    LATEST,
-    Assignment,
-    PartitionRecords,
-    PartitionState,
-    parse_partition_records,
-)
+from tidegate.client.consumer.fetch_buffer import FetchBuffer, Sent
+from tidegate.client.consumer.state import EARLIEST, LATEST, Assignment
 from tidegate.client.errors import NoOffsetForPartitionError
-from tidegate.client.metadata import REFRESH_ERRORS, ZERO_UUID, MetadataClient
+from tidegate.client.metadata import MetadataClient
 from tidegate.client.offsets import list_offsets
 from tidegate.client.types import TopicPartition
-from tidegate.common.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    KafkaError,
-    OffsetOutOfRangeError,
-    error_for_code,
-)
+from tidegate.common.errors import KafkaError
 
 __all__ = ["Fetcher"]
 
@@ -80,34 +55,20 @@ log = logging.getLogger("tidegate.client.consumer")
 
 FETCH = 1
 
-# What a fetch asked for a partition: its fetch offset, and the partition's state and
-# epoch then (see `_handle`).
-_Sent = tuple[int, PartitionState, int]
-
 # Fetches in flight to one broker: a second one (for other partitions) is written while
 # the broker still works on the first, so it never waits for a round trip in between.
 MAX_FETCHES_PER_BROKER = 2
 
 
-class Fetcher:
-    """See the module docstring."""
+class Fetcher(FetchBuffer):
+    """See the module docstring; the fetched data and answer handling are in the base
+    class (`fetch_buffer.FetchBuffer`)."""
 
     def __init__(
         self, config: ConsumerConfig, metadata: MetadataClient, assignment: Assignment
     ) -> None:
-        self.config = config
-        self.metadata = metadata
-        self.assignment = assignment
-        # What poll() reads: the oldest fetched, unread records per partition.
-        self.buffered: dict[TopicPartition, PartitionRecords] = {}
-        # The partition's next fetch, taken while `buffered` was read (module docstring).
-        self._ahead: dict[TopicPartition, PartitionRecords] = {}
-        # Partitions whose fetch ahead failed: fetched again once their buffer drains.
-        self._no_ahead: set[TopicPartition] = set()
+        super().__init__(config, metadata, assignment)
         self._ahead_limit = config.queued_max_messages_kbytes * 1024
-        self.errors: deque[BaseException] = deque()
-        self.data_ready = asyncio.Event()
-        self._wake = asyncio.Event()
         # node -> its fetches in flight, each with whether the broker answers it at once
         # (`_eager`); at most MAX_FETCHES_PER_BROKER, see the module docstring
         self._in_flight: dict[int, list[tuple[asyncio.Task[None], bool]]] = {}
@@ -122,38 +83,6 @@ class Fetcher:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def wakeup(self) -> None:
-        self._wake.set()
-
-    def discard(self, tp: TopicPartition) -> None:
-        """Forget buffered data of `tp` (after a seek or unassignment)."""
-        self.buffered.pop(tp, None)
-        self._ahead.pop(tp, None)
-        self._no_ahead.discard(tp)
-
-    def retain(self, assigned: Mapping[TopicPartition, object]) -> None:
-        """Forget the data of every partition not in `assigned`."""
-        for tp in [*self.buffered, *self._ahead]:
-            if tp not in assigned:
-                self.discard(tp)
-
-    def drained(self, tp: TopicPartition) -> None:
-        """poll() has read all of `tp`'s buffered records (and moved its position past
-        them): its next fetch, if it came ahead, takes their place."""
-        self.buffered.pop(tp, None)
-        self._no_ahead.discard(tp)
-        nxt = self._ahead.pop(tp, None)
-        st = self.assignment.partitions.get(tp)
-        if nxt is not None and st is not None and st.position == nxt.fetch_offset:
-            self.buffered[tp] = nxt
-            self.data_ready.set()  # a poll that took nothing from the last must not wait
-        self.wakeup()
-
-    def _fetch_offset(self, tp: TopicPartition, st: PartitionState) -> int | None:
-        """Where `tp`'s next fetch starts: the end of its queue, else its position."""
-        queued = self._ahead.get(tp) or self.buffered.get(tp)
-        return queued.next_offset if queued is not None else st.position
-
     async def close(self) -> None:
         # The flag, not only cancel(): on Python 3.11 `asyncio.wait_for` swallows a
         # cancellation that arrives together with the wake-up that a cancelled fetch
@@ -166,10 +95,6 @@ class Fetcher:
         for t in tasks:
             with contextlib.suppress(BaseException):
                 await t
-
-    def _report(self, exc: BaseException) -> None:
-        self.errors.append(exc)
-        self.data_ready.set()
 
     async def _run(self) -> None:
         backoff = self.config.retry_backoff_ms / 1000
@@ -359,9 +284,9 @@ class Fetcher:
 
     def _request(
         self, tps: list[TopicPartition]
-    ) -> tuple[dict[str, Any], dict[TopicPartition, _Sent]]:
+    ) -> tuple[dict[str, Any], dict[TopicPartition, Sent]]:
         cfg = self.config
-        offsets: dict[TopicPartition, _Sent] = {}
+        offsets: dict[TopicPartition, Sent] = {}
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp in tps:
             st = self.assignment.partitions[tp]
@@ -398,7 +323,7 @@ class Fetcher:
 
     async def _fetch(
         self, node: int, tps: list[TopicPartition],
-        request: tuple[dict[str, Any], dict[TopicPartition, _Sent]],
+        request: tuple[dict[str, Any], dict[TopicPartition, Sent]],
     ) -> None:
         try:
             data, offsets = request
@@ -420,93 +345,3 @@ class Fetcher:
             else:
                 self._in_flight.pop(node, None)
             self.wakeup()
-
-    def _handle(self, resp: Any, offsets: dict[TopicPartition, _Sent]) -> None:
-        code = getattr(resp, "error_code", ErrorCode.none)
-        if code != ErrorCode.none:
-            raise error_for_code(code.value, f"fetch failed: {code.name.upper()}")
-        names = self.metadata.cache.names_by_id
-        got_data = False
-        for t in resp.responses:
-            topic = getattr(t, "topic", None) or names.get(getattr(t, "topic_id", ZERO_UUID))
-            if topic is None:
-                continue
-            for p in t.partitions:
-                tp = TopicPartition(topic, int(p.partition_index))
-                sent = offsets.get(tp)
-                st = self.assignment.partitions.get(tp)
-                if sent is None or st is None:
-                    continue
-                fetch_offset, sent_st, epoch = sent
-                if st is not sent_st or st.epoch != epoch or \
-                        self._fetch_offset(tp, st) != fetch_offset:
-                    continue  # unassigned, sought or reset meanwhile: the data is stale
-                code = p.error_code
-                ahead = tp in self.buffered  # fetched ahead of the position
-                if ahead and code != ErrorCode.none:
-                    # Acted on once the position gets there (module docstring).
-                    self._no_ahead.add(tp)
-                    if code in REFRESH_ERRORS:
-                        self.metadata.cache.request_update()
-                    continue
-                if code == ErrorCode.none:
-                    st.high_watermark = int(p.high_watermark)
-                    st.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
-                    st.log_start_offset = int(getattr(p, "log_start_offset", -1))
-                    try:
-                        records = parse_partition_records(
-                            tp, fetch_offset, p.records, self.config.check_crcs,
-                            aborted_from_response(getattr(p, "aborted_transactions", None))
-                            if self.config.isolation else None,
-                        )
-                    except (CorruptRecordError, InvalidRecordError) as e:
-                        if ahead:
-                            self._no_ahead.add(tp)
-                            continue
-                        # As Kafka's consumer: raise from poll until the app seeks past.
-                        st.blocked = True
-                        self._report(
-                            type(e)(
-                                f"{tp.topic}-{tp.partition} at offset {fetch_offset}: {e}; "
-                                "seek() past the bad record to continue"
-                            )
-                        )
-                        continue
-                    if records.next_offset > fetch_offset:
-                        if ahead:
-                            self._ahead[tp] = records
-                        else:
-                            self.buffered[tp] = records
-                            got_data = True
-                elif code == ErrorCode.offset_out_of_range:
-                    self._out_of_range(tp, fetch_offset)
-                elif code in REFRESH_ERRORS:
-                    self.metadata.cache.request_update()
-                elif not code.retriable:
-                    self._report(
-                        error_for_code(
-                            code.value, f"fetching {tp.topic}-{tp.partition}: {code.name.upper()}"
-                        )
-                    )
-        if got_data:
-            self.data_ready.set()
-
-    def _out_of_range(self, tp: TopicPartition, offset: int) -> None:
-        strategy = self.config.auto_offset_reset
-        if strategy == "none":
-            self._report(
-                OffsetOutOfRangeError(
-                    f"fetch offset {offset} is out of range for {tp.topic}-{tp.partition} and "
-                    "auto.offset.reset=none; seek() to a valid offset"
-                )
-            )
-            self.assignment.partitions[tp].blocked = True
-            return
-        log.info(
-            "offset %d out of range for %s-%d; resetting to %s",
-            offset,
-            tp.topic,
-            tp.partition,
-            strategy,
-        )
-        self.assignment.request_reset(tp, EARLIEST if strategy == "earliest" else LATEST)

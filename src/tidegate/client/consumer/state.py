@@ -54,7 +54,7 @@ class PartitionState:
     # failing every fetch again.
     blocked: bool = False
     # Bumped by every seek and reset: a fetch sent before it is stale when it returns,
-    # whatever offsets it carries (the fetcher compares epochs, see fetcher.py).
+    # whatever offsets it carries (the fetcher compares epochs, see fetch_buffer.py).
     epoch: int = 0
 
 
