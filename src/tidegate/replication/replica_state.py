@@ -354,6 +354,24 @@ class LeaderReplicaState:
         advanced = self._maybe_advance_hw()
         return FollowerFetchResult(None, advanced, self.can_expand_isr(replica_id))
 
+    def is_idle_in_sync(self, replica_id: int, fetch_offset: int, leader_leo: int) -> bool:
+        """Whether a fetch from `fetch_offset` would change nothing but the follower's
+        timing: it is at the leader's LEO, already recorded there, and no ISR
+        expansion is due. The fetch handler then skips the partition's read
+        (`on_idle_fetch` keeps the timing), so an incremental follower fetch costs what
+        changed, not every partition of its session."""
+        st = self.followers.get(replica_id)
+        return (st is not None and st.log_end_offset == fetch_offset == leader_leo
+                and not self.can_expand_isr(replica_id))
+
+    def on_idle_fetch(self, replica_id: int, now_ms: int, leader_leo: int) -> None:
+        """What `on_follower_fetch` records for a follower `is_idle_in_sync` found
+        caught up: caught up now (so an idle partition never looks lagging)."""
+        st = self.followers[replica_id]
+        st.last_caught_up_time_ms = max(st.last_caught_up_time_ms, now_ms)
+        st.last_fetch_leader_log_end_offset = leader_leo
+        st.last_fetch_time_ms = now_ms
+
     def can_expand_isr(self, replica_id: int) -> bool:
         """Kafka's `canAddReplicaToIsr` + `isFollowerInSync`: an assigned follower outside
         the ISR, no change in flight, LEO >= HW and >= this epoch's start offset."""

@@ -107,6 +107,16 @@ class Leadership:
         self._sync_hw(result.high_watermark_advanced)
         return result
 
+    def idle_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
+        """A fetch that would change nothing but the follower's timing (it is at the
+        log end, already recorded there, not due to join the ISR): record the timing
+        and return True; False when the fetch must go through `on_follower_fetch`."""
+        leo = self.log.log_end_offset
+        if not self.state.is_idle_in_sync(replica_id, fetch_offset, leo):
+            return False
+        self.state.on_idle_fetch(replica_id, self.clock.now_ms(), leo)
+        return True
+
     def _sync_hw(self, advanced: bool) -> bool:
         moved = self.log.update_high_watermark(self.state.high_watermark)
         if moved or advanced:

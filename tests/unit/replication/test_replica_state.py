@@ -230,3 +230,27 @@ def test_constructor_checks() -> None:
                            high_watermark=0, now_ms=0)
     # A HW above the log end (a stale checkpoint) is capped at the log end.
     assert leader(leo=5, hw=9).high_watermark == 5
+
+
+def test_idle_fetch_is_only_a_follower_already_recorded_at_the_log_end() -> None:
+    st = leader(leo=10, hw=10, isr=(1, 2))
+    assert not st.is_idle_in_sync(2, 10, 10)  # never fetched under this leader
+    st.on_follower_fetch(2, 10, None, 0, 10)
+    assert st.is_idle_in_sync(2, 10, 10)
+    assert not st.is_idle_in_sync(2, 10, 11)  # the leader has more: read it
+    assert not st.is_idle_in_sync(2, 9, 10)  # a moved position: the full path
+    st.on_follower_fetch(3, 10, None, 0, 10)  # 3 is outside the ISR and may join it
+    assert not st.is_idle_in_sync(3, 10, 10)
+
+
+def test_idle_fetches_keep_a_follower_caught_up_through_a_long_quiet_spell() -> None:
+    """Skipping idle partitions' reads must not let a quiet partition's follower look
+    lagging the moment the leader appends after more than replica.lag.time.max.ms."""
+    st = leader(leo=10, hw=10, isr=(1, 2))
+    st.on_follower_fetch(2, 10, None, 0, 10)
+    for now in range(10_000, 60_001, 10_000):  # the follower fetches, nothing moves
+        assert st.is_idle_in_sync(2, 10, 10)
+        st.on_idle_fetch(2, now, 10)
+    st.on_leader_append(11)  # new data at 60 s; the follower has not fetched it yet
+    assert st.maybe_shrink_isr(60_500, LAG) is None
+    assert st.maybe_shrink_isr(90_001, LAG) == (1,)  # and then it really lags

@@ -12,8 +12,9 @@ changed, not the number of partitions followed. For each partition answered:
 
 - records: appended with `Log.append_as_follower` (the leader's bytes, offsets and
   epochs kept; producer state and transactions rebuilt as the leader's), then made
-  durable (group commit) *before* the next fetch reports the new position, so the
-  leader's high watermark only counts fsynced data when every write is fsynced;
+  durable (group commit; every partition of one answer fsynced side by side) *before*
+  the next fetch reports the new position, so the leader's high watermark only counts
+  fsynced data when every write is fsynced;
 - the leader's high watermark and log start, capped by what the follower holds;
 - a diverging epoch (KIP-595-style fetch truncation, Kafka 2.7+): the follower
   truncates to where its log and the leader's agree (`replication.follower`) and
@@ -231,30 +232,52 @@ class ReplicaFetcher:
             return
         if resp.error_code != ErrorCode.none:
             raise InterBrokerError(f"fetch failed: {ErrorCode(resp.error_code).name}")
+        # Append every partition's records first, then wait for their fsyncs together:
+        # one after another, a response carrying k partitions (a transaction's data,
+        # its coordinator's record, markers) waited k fsyncs in turn before the next
+        # fetch could report the new positions and move the leaders' high watermarks.
+        appended: list[tuple[Partition, Any]] = []
         for topic in resp.responses:
             for pd in topic.partitions:
                 tp = (str(topic.topic), int(pd.partition_index))
                 part = self.partitions.get(tp)
                 if part is None or part.leader_epoch != epochs.get(tp) or part.is_leader:
                     continue  # moved while we fetched: the answer is stale
-                await self._apply(part, pd)
+                if await self._apply(part, pd):
+                    appended.append((part, pd))
+        if not appended:
+            return
+        replicas = self.m.replicas
+        done = await asyncio.gather(
+            *(replicas.wait_local_durable(p.log, p.log.log_end_offset) for p, _ in appended),
+            return_exceptions=True)
+        for (part, pd), result in zip(appended, done, strict=True):
+            if isinstance(result, BaseException):
+                # a failed fsync fails the round, as before: the fetcher backs off and
+                # the group commit reports it and flushes again later
+                raise result
+            if self.partitions.get(part.tp) is part and part.leader_epoch == epochs[part.tp] \
+                    and not part.is_leader:
+                self._follow_high_watermark(part, pd)
 
-    async def _apply(self, part: Partition, pd: Any) -> None:
+    async def _apply(self, part: Partition, pd: Any) -> bool:
+        """One partition of a fetch answer; True when its records were appended (the
+        caller makes them durable, then `_follow_high_watermark`)."""
         lg = part.log
         code = ErrorCode(pd.error_code)
         if code in _RETRY_LATER:
             log.debug("%s-%d: leader %d answered %s", part.topic, part.index,
                       self.leader_id, code.name)
             self._delayed[part.tp] = asyncio.get_running_loop().time() + self.backoff
-            return
+            return False
         if code == ErrorCode.offset_out_of_range:
             await self._out_of_range(part)
-            return
+            return False
         if code != ErrorCode.none:
             log.warning("%s-%d: fetch from leader %d failed: %s", part.topic, part.index,
                         self.leader_id, code.name)
             self._delayed[part.tp] = asyncio.get_running_loop().time() + self.backoff
-            return
+            return False
         div = pd.diverging_epoch
         if div is not None and (int(div.epoch) >= 0 or int(div.end_offset) >= 0):
             point = truncation_offset(lg.leader_epoch_cache, lg.log_end_offset, int(div.epoch),
@@ -269,11 +292,18 @@ class ReplicaFetcher:
                 # leader never had) must leave its epoch cache, or every fetch diverges
                 await asyncio.get_running_loop().run_in_executor(
                     None, lg.truncate_to, point.offset)
-            return
+            return False
         records = pd.records
         if records:
             lg.append_as_follower(bytes(records))
-            await self.m.replicas.wait_local_durable(lg, lg.log_end_offset)
+            return True
+        self._follow_high_watermark(part, pd)
+        return False
+
+    def _follow_high_watermark(self, part: Partition, pd: Any) -> None:
+        """The leader's high watermark and log start, capped by what this replica holds
+        (its records already durable here)."""
+        lg = part.log
         hw = follower_high_watermark(int(pd.high_watermark), lg.log_end_offset,
                                      lg.log_start_offset)
         lg.maybe_increment_log_start_as_follower(int(pd.log_start_offset))
