@@ -10,23 +10,26 @@ confluent-kafka.
    ``Trigger.AvailableNow``, ``maxOffsetsPerTrigger`` = rows / 4 (so four micro-batches),
    prefix each value, write to a fresh 4-partition topic with ``format("tidegate")``:
    ``exactlyOnce=true`` (prepared transactions, decision record) or ``exactlyOnce=false``
-   (idempotent producer, at least once). Timed from ``start()`` to the query's end, query
-   startup included; rows/s = rows / time. One untimed run of each sink first (the
-   session's first query pays JVM and Python worker warm-up), then rounds alternate the
-   two sinks. Each
-   exactly-once output is counted (Spark batch read, read_committed: must be `rows`).
+   (idempotent producer, at least once); reads and both sinks use Arrow batches
+   (`--sink-rows` adds both sinks again with ``arrowBatches=false``: rows). Timed from
+   ``start()`` to the query's end, query startup included; rows/s = rows / time. One
+   untimed run of each sink first (the session's first query pays JVM and Python worker
+   warm-up), then rounds alternate the two sinks. Each exactly-once output is counted
+   (Spark batch read, read_committed: must be `rows`).
    Aim: exactly-once >= 0.9 x at-least-once (median rounds).
 2. Batch read: ``spark.read.format("tidegate")`` of the whole input (read_committed,
    default options: one task per partition), every value touched (``sum(length(value))``),
-   timed around the action, with the tasks' Arrow batches (the default) and with
-   ``arrowBatches=false`` (rows, as before the Arrow path); beside one Tidegate blocking
-   `Consumer` (read_committed, manual assignment, max.poll.records 10,000, the source's
-   task settings) reading the same records. One untimed Spark read first, then rounds
-   alternate the order of the three. Aim: format(tidegate) >= 0.8 x Consumer (median).
-   Spark adds per-job planning and per-task scheduling, a Python worker and a consumer
-   connection per task; two tasks run at once on two cores.
+   timed around the action, with the tasks' Arrow batches (the default), with
+   ``maxPartitions=2`` (the 4 partitions packed into 2 tasks, one per core: `--pack N`
+   changes it) and with ``arrowBatches=false`` (rows, as before the Arrow path); beside
+   one Tidegate blocking `Consumer` (read_committed, manual assignment, max.poll.records
+   10,000, the source's task settings) reading the same records. One untimed Spark read
+   first, then rounds alternate the order of the four. Aim: format(tidegate) >= 0.8 x
+   Consumer (median). Spark adds per-job planning and per-task scheduling, a Python
+   worker and a consumer connection per task; two tasks run at once on two cores.
 
     .venv/bin/python bench/spark.py [--rows 200000] [--rounds 3] [--quick] [--only read]
+        [--pack 2] [--sink-rows]
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from tests.integration.conftest import BrokerProcess
 AIM = 0.9  # exactly-once sink vs at-least-once
 READ_AIM = 0.8  # format(tidegate) batch read vs one Consumer
 ROWS = "  rows (arrowBatches=false)"  # the row path, as before the Arrow batches
+PACKED = "  packed (maxPartitions={})"  # several partitions per task
+SINK_ROWS = "  {}, rows"  # the sinks fed rows (arrowBatches=false)
 PARTITIONS = 4
 TIMEOUT_S = 600.0
 
@@ -79,7 +84,7 @@ def make_input(bootstrap: str, topic: str, rows: int) -> None:
 
 
 def pipeline(spark, bootstrap: str, src: str, out: str, rows: int,  # type: ignore[no-untyped-def]
-             exactly_once: bool, ckpt: str) -> float:
+             exactly_once: bool, ckpt: str, arrow: bool = True) -> float:
     from pyspark.sql import functions as F
 
     from tidegate.client import Admin, NewTopic
@@ -89,11 +94,12 @@ def pipeline(spark, bootstrap: str, src: str, out: str, rows: int,  # type: igno
     stream = (spark.readStream.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", src).option("startingOffsets", "earliest")
               .option("maxOffsetsPerTrigger", str(max(1, rows // 4)))
-              .option("arrowBatches", os.environ.get("BENCH_SPARK_ARROW", "true")).load())
+              .option("arrowBatches", str(arrow).lower()).load())
     writer = (stream.select("key", F.concat(F.lit(b"out:"), F.col("value")).alias("value"))
               .writeStream.format("tidegate").trigger(availableNow=True)
               .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
               .option("exactlyOnce", str(exactly_once).lower())
+              .option("arrowBatches", str(arrow).lower())
               .option("checkpointLocation", ckpt))
     start = time.perf_counter()
     q = writer.start()
@@ -110,9 +116,12 @@ def count_output(spark, bootstrap: str, topic: str) -> int:  # type: ignore[no-u
 
 
 def spark_read(spark, bootstrap: str, topic: str, rows: int,  # type: ignore[no-untyped-def]
-               arrow: bool = True) -> float:
-    df = (spark.read.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", topic).option("arrowBatches", str(arrow).lower()).load())
+               arrow: bool = True, pack: int | None = None) -> float:
+    reader = (spark.read.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic).option("arrowBatches", str(arrow).lower()))
+    if pack is not None:
+        reader = reader.option("maxPartitions", str(pack))
+    df = reader.load()
     start = time.perf_counter()
     got = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
     elapsed = time.perf_counter() - start
@@ -166,22 +175,30 @@ def run(args: argparse.Namespace) -> None:
             except SystemExit:
                 print("\n".join(broker.log_lines[-30:]), file=sys.stderr)
                 raise
-            rates: dict[str, list[float]] = {"exactly-once": [], "at-least-once": []}
+            modes = ["exactly-once", "at-least-once"]
+            if args.sink_rows:
+                modes += [SINK_ROWS.format(m) for m in modes]
+            rates: dict[str, list[float]] = {m: [] for m in modes}
             counts: list[int] = []
+
+            def run_pipeline(mode: str, name: str) -> float:
+                slug = f"{name}-{modes.index(mode)}"
+                return pipeline(spark, broker.bootstrap, src, f"bench-{slug}", args.rows,
+                                mode.strip().startswith("exactly-once"), f"{tmp}/ckpt-{slug}",
+                                arrow="rows" not in mode)
+
             # untimed: the session's first query warms the JVM and workers
             for mode in rates if args.only != "read" else ():
-                pipeline(spark, broker.bootstrap, src, f"bench-warmup-{mode}", args.rows,
-                         mode == "exactly-once", f"{tmp}/ckpt-warmup-{mode}")
+                run_pipeline(mode, "warmup")
             for rnd in range(args.rounds if args.only != "read" else 0):
                 order = list(rates) if rnd % 2 == 0 else list(rates)[::-1]
                 for mode in order:
-                    out = f"bench-out-{mode}-{rnd}"
-                    rates[mode].append(pipeline(spark, broker.bootstrap, src, out, args.rows,
-                                                mode == "exactly-once",
-                                                f"{tmp}/ckpt-{mode}-{rnd}"))
-                    if mode == "exactly-once":
+                    rates[mode].append(run_pipeline(mode, f"out-{rnd}"))
+                    if mode.strip().startswith("exactly-once"):
+                        out = f"bench-out-{rnd}-{modes.index(mode)}"
                         counts.append(count_output(spark, broker.bootstrap, out))
-            reads: dict[str, list[float]] = {"format(tidegate)": [], ROWS: [],
+            packed = PACKED.format(args.pack)
+            reads: dict[str, list[float]] = {"format(tidegate)": [], packed: [], ROWS: [],
                                              "tidegate Consumer": []}
             spark_read(spark, broker.bootstrap, src, args.rows)  # untimed warm-up
             for rnd in range(args.rounds if args.only != "pipeline" else 0):
@@ -191,7 +208,8 @@ def run(args: argparse.Namespace) -> None:
                         rate = client_read(broker.bootstrap, src, args.rows)
                     else:
                         rate = spark_read(spark, broker.bootstrap, src, args.rows,
-                                          arrow=name == "format(tidegate)")
+                                          arrow=name != ROWS,
+                                          pack=args.pack if name == packed else None)
                     reads[name].append(rate)
         finally:
             spark.stop()
@@ -211,7 +229,7 @@ def report_pipeline(args: argparse.Namespace, rates: dict[str, list[float]],
     base = med(rates["at-least-once"])
     for mode, vals in rates.items():
         ratio = med(vals) / base
-        aim = "" if mode == "at-least-once" else \
+        aim = "" if mode != "exactly-once" else \
             f">= {AIM} x at-least-once: {_verdict(ratio >= AIM)}"
         print(f"  {mode + ', rows/s':30}{max(vals):>12,.0f}{med(vals):>12,.0f}"
               f"{ratio:>17.2f}   {aim}")
@@ -230,7 +248,7 @@ def report_reads(reads: dict[str, list[float]]) -> None:
     for name, vals in reads.items():
         ratio = med(vals) / base
         aim = f">= {READ_AIM} x Consumer: {_verdict(ratio >= READ_AIM)}" \
-            if name == "format(tidegate)" else ""
+            if name.strip().startswith(("format", "packed")) else ""
         print(f"  {name + ', rows/s':30}{max(vals):>12,.0f}{med(vals):>12,.0f}"
               f"{ratio:>17.2f}   {aim}")
     for name, vals in reads.items():
@@ -242,6 +260,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="20,000 rows, 1 round")
+    ap.add_argument("--sink-rows", action="store_true",
+                    help="also run both sinks with arrowBatches=false (rows)")
+    ap.add_argument("--pack", type=int, default=2,
+                    help="maxPartitions of the packed read (default 2: one task per core)")
     ap.add_argument("--only", choices=("read", "pipeline"),
                     help="run one part only (both by default)")
     args = ap.parse_args()

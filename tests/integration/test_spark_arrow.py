@@ -6,7 +6,9 @@ return the same rows. The data has what each column can hold: null keys and valu
 empty ones, several headers with a null value, committed and aborted transactions of
 confluent-kafka (read_committed drops the aborted ones and skips the markers), and a
 compacted topic whose cleaner has removed offsets (gaps inside a range). The expected
-visible values come from what the writers did, not from a Tidegate read. Serial lane
+visible values come from what the writers did, not from a Tidegate read. The same
+holds for split (`minPartitions`, `maxRecordsPerPartition`) and packed (`maxPartitions`)
+reads, and the sink writes the same records from Arrow batches as from rows. Serial lane
 (its own broker and SparkSession); under `make soak` only.
 """
 
@@ -138,10 +140,14 @@ def data(abroker: BrokerProcess) -> list[bytes | None]:
     return visible
 
 
-def _read(spark: SparkSession, bootstrap: str, arrow: bool) -> list[tuple[object, ...]]:
-    df = (spark.read.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribePattern", "ar-.*").option("includeHeaders", "true")
-          .option("arrowBatches", str(arrow).lower()).load())
+def _read(spark: SparkSession, bootstrap: str, arrow: bool, pattern: str = "ar-.*",
+          **options: str) -> list[tuple[object, ...]]:
+    reader = (spark.read.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribePattern", pattern).option("includeHeaders", "true")
+              .option("arrowBatches", str(arrow).lower()))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    df = reader.load()
     return sorted((tuple(r) for r in df.collect()), key=lambda t: (t[2], t[3], t[4]))
 
 
@@ -159,3 +165,44 @@ def test_arrow_batches_return_the_rows_of_the_row_path(
     offsets = [r[4] for r in arrow if r[2] == COMPACTED]
     assert offsets == _offsets(abroker.bootstrap)
     assert len(offsets) < 600 and offsets[-1] == 599  # gaps inside the range, end kept
+
+
+@pytest.mark.parametrize(("options", "tasks"), [
+    ({"maxPartitions": "1"}, 1),  # every range in one task, one consumer
+    ({"maxPartitions": "2", "maxRecordsPerPartition": "7"}, 2),  # pieces packed
+    ({"minPartitions": "5"}, None),  # at least 5 (split in proportion to size)
+], ids=["one-task", "split-then-packed", "split"])
+def test_split_and_packed_reads_return_the_rows_of_the_row_path(
+        spark: SparkSession, abroker: BrokerProcess, data: list[bytes | None],
+        options: dict[str, str], tasks: int | None) -> None:
+    rows = _read(spark, abroker.bootstrap, False)
+    assert _read(spark, abroker.bootstrap, True, **options) == rows
+    assert _read(spark, abroker.bootstrap, False, **options) == rows
+    parts = (spark.read.format("tidegate").option("kafka.bootstrap.servers", abroker.bootstrap)
+             .option("subscribePattern", "ar-.*").options(**options).load()
+             .rdd.getNumPartitions())
+    assert parts == tasks if tasks is not None else parts >= 5
+
+
+def test_arrow_sink_writes_what_the_row_sink_writes(
+        spark: SparkSession, abroker: BrokerProcess, data: list[bytes | None]) -> None:
+    """The mixed records (null keys and values, headers with a null value) written back
+    by the batch sink with Arrow batches and with rows: the same records land."""
+    src = (spark.read.format("tidegate").option("kafka.bootstrap.servers", abroker.bootstrap)
+           .option("subscribe", MIXED).option("includeHeaders", "true").load()
+           .select("key", "value", "partition", "headers"))
+    with Admin(bootstrap_servers=abroker.bootstrap) as admin:
+        admin.create_topics([NewTopic("ar-out-arrow", 2), NewTopic("ar-out-rows", 2)])
+    for arrow in (True, False):
+        (src.write.format("tidegate").mode("append")
+         .option("kafka.bootstrap.servers", abroker.bootstrap)
+         .option("topic", f"ar-out-{'arrow' if arrow else 'rows'}")
+         .option("arrowBatches", str(arrow).lower()).save())
+
+    def written(topic: str) -> list[tuple[object, ...]]:
+        got = _read(spark, abroker.bootstrap, True, pattern=topic)
+        return sorted(((r[0], r[1], r[3], r[7]) for r in got), key=repr)
+
+    expected = sorted(((r[0], r[1], r[3], r[7]) for r in _read(
+        spark, abroker.bootstrap, True, pattern=MIXED)), key=repr)
+    assert written("ar-out-arrow") == written("ar-out-rows") == expected

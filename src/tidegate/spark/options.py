@@ -196,6 +196,8 @@ class ReadOptions:
     timestamp_strategy: str
     min_partitions: int | None
     max_records_per_partition: int | None
+    # Tidegate's own: at most this many Spark tasks, several ranges each (`pack_ranges`)
+    max_partitions: int | None
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     include_headers: bool
@@ -206,14 +208,20 @@ class ReadOptions:
 
     @property
     def consumer_config(self) -> dict[str, object]:
-        """Executor-side consumer settings: read_committed unless set otherwise. Tasks
+        """Executor-side consumer settings: read_committed unless set otherwise,
+        fetch.max.wait.ms 10 unless set otherwise (see below). Tasks
         seek before reading and check for removed offsets themselves (`ranges`);
         auto.offset.reset only covers the moment between assign() and seek()."""
         return client_config(self.kafka, "consumer", **{
             "isolation.level": self.kafka.get("isolation.level", "read_committed"),
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "allow.auto.create.topics": False,
-            "max.poll.records": self.kafka.get("max.poll.records", "10000")})
+            "max.poll.records": self.kafka.get("max.poll.records", "10000"),
+            # A range ends at or below the LSO / high watermark, so its records are all
+            # there: a fetch only waits once the task has read past them (a prefetch at
+            # the range's end). Parked for 500 ms at the broker, that fetch would hold
+            # up the next range of a packed task (maxPartitions) on the same connection.
+            "fetch.max.wait.ms": self.kafka.get("fetch.max.wait.ms", "10")})
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -247,6 +255,7 @@ class ReadOptions:
             timestamp_strategy=strategy,
             min_partitions=_int_opt(opts, "minpartitions", 1),
             max_records_per_partition=_int_opt(opts, "maxrecordsperpartition", 1),
+            max_partitions=_int_opt(opts, "maxpartitions", 1),
             max_offsets_per_trigger=_int_opt(opts, "maxoffsetspertrigger", 1),
             fail_on_data_loss=_bool_opt(opts, "failondataloss", True),
             include_headers=_bool_opt(opts, "includeheaders", False),
@@ -267,6 +276,8 @@ class WriteOptions:
     exactly_once: bool = True  # streaming sink only
     commit_topic: str | None = None
     txn_prefix: str = "tidegate-spark"
+    # tasks take Arrow record batches (``arrowBatches``, default true), else Spark's rows
+    arrow_batches: bool = True
 
     @property
     def producer_config(self) -> dict[str, object]:
@@ -283,4 +294,5 @@ class WriteOptions:
         return cls(kafka=kafka, topic=topic,
                    exactly_once=_bool_opt(opts, "exactlyonce", True),
                    commit_topic=opts.get("eos.committopic") or topic,
-                   txn_prefix=opts.get("eos.transactionalidprefix") or "tidegate-spark")
+                   txn_prefix=opts.get("eos.transactionalidprefix") or "tidegate-spark",
+                   arrow_batches=_bool_opt(opts, "arrowbatches", True))

@@ -5,7 +5,11 @@ topic-partition, ``[start, end)`` and the consumer settings), so a task, a retri
 or the replay of a micro-batch reads exactly the same records without asking the
 driver. `split_ranges` follows Spark's Kafka connector: one range per topic-partition,
 split proportionally to size when ``minPartitions`` asks for more tasks, and into pieces
-of at most ``maxRecordsPerPartition`` offsets.
+of at most ``maxRecordsPerPartition`` offsets. `pack_ranges` goes the other way
+(Tidegate's ``maxPartitions``): it deals the ranges out to at most that many
+`RangeGroup` tasks, largest first to the lightest task, so a task reads several
+topic-partitions with one consumer and Spark pays its per-task cost (scheduling, a
+Python worker round trip, a consumer connection) fewer times.
 
 `read_range` (on an executor) reads ``[start, end)`` with a Tidegate consumer. Under
 read_committed the range holds offsets that are never returned (COMMIT/ABORT markers,
@@ -28,8 +32,8 @@ from pyspark.sql.datasource import InputPartition
 
 from tidegate.client import Consumer, ConsumerRecord, TopicPartition
 
-__all__ = ["DataLossError", "OffsetRange", "RangePartition", "poll_range", "read_range",
-           "split_ranges"]
+__all__ = ["DataLossError", "OffsetRange", "RangeGroup", "RangePartition", "pack_ranges",
+           "poll_range", "read_group", "read_range", "split_ranges"]
 
 
 class DataLossError(RuntimeError):
@@ -66,6 +70,37 @@ class RangePartition(InputPartition):
         return f"RangePartition({r.topic}-{r.partition} [{r.start}, {r.end}))"
 
 
+class RangeGroup(InputPartition):
+    """Several ranges read one after the other by one task, with one consumer."""
+
+    def __init__(self, parts: list[RangePartition]) -> None:
+        self.parts = parts
+
+    def __repr__(self) -> str:
+        return f"RangeGroup({', '.join(repr(p) for p in self.parts)})"
+
+
+def pack_ranges(parts: list[RangePartition], max_partitions: int | None
+                ) -> list[RangePartition] | list[RangeGroup]:
+    """`parts` unchanged when they are at most `max_partitions` (or it is None), else
+    `max_partitions` groups: largest range first, each to the group with the fewest
+    offsets so far (ties: the lower index), ranges in (topic, partition, start) order
+    within a group. A pure function of its input, so a replayed micro-batch gets the
+    same groups."""
+    if max_partitions is None or len(parts) <= max_partitions:
+        return parts
+    loads = [0] * max_partitions
+    bins: list[list[RangePartition]] = [[] for _ in range(max_partitions)]
+    by_size = sorted(parts, key=lambda p: (-p.rng.size, p.rng.topic, p.rng.partition,
+                                           p.rng.start))
+    for part in by_size:
+        i = loads.index(min(loads))
+        bins[i].append(part)
+        loads[i] += part.rng.size
+    return [RangeGroup(sorted(b, key=lambda p: (p.rng.topic, p.rng.partition, p.rng.start)))
+            for b in bins if b]
+
+
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
                  max_per_partition: int | None) -> list[OffsetRange]:
     """Ranges in (topic, partition, start) order, split per the options; empty dropped."""
@@ -90,7 +125,7 @@ def _timestamp(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def read_range(part: RangePartition) -> Iterator[Any]:
+def read_range(part: RangePartition, consumer: Consumer | None = None) -> Iterator[Any]:
     """What a task yields: Arrow record batches (`arrow.records_to_batch`), or rows
     ``(key, value, topic, partition, offset, timestamp, timestampType[, headers])`` when
     the read asked for ``arrowBatches=false``. Both carry the same records."""
@@ -98,51 +133,70 @@ def read_range(part: RangePartition) -> Iterator[Any]:
         from tidegate.spark.arrow import records_to_batch
 
         r = part.rng
-        for records in poll_range(part):
+        for records in poll_range(part, consumer):
             yield records_to_batch(r.topic, r.partition, records, part.include_headers)
         return
     headers = part.include_headers
-    for records in poll_range(part):
+    for records in poll_range(part, consumer):
         for rec in records:
             row = (rec.key, rec.value, rec.topic, rec.partition, rec.offset,
                    _timestamp(rec.timestamp), rec.timestamp_type)
             yield (*row, list(rec.headers)) if headers else row
 
 
-def poll_range(part: RangePartition) -> Iterator[list[ConsumerRecord]]:
-    """The records of ``[start, end)`` as the consumer's polls return them (non-empty
-    lists, in offset order, cut at `end`)."""
-    r = part.rng
-    if r.size == 0:
+def read_group(group: RangeGroup) -> Iterator[Any]:
+    """What a `RangeGroup`'s task yields: each range's `read_range` output in turn, all
+    read with one consumer (the ranges share the read's consumer settings)."""
+    if not group.parts:
         return
+    with Consumer(group.parts[0].consumer_config) as consumer:
+        for part in group.parts:
+            yield from read_range(part, consumer)
+
+
+def poll_range(part: RangePartition, consumer: Consumer | None = None
+               ) -> Iterator[list[ConsumerRecord]]:
+    """The records of ``[start, end)`` as the consumer's polls return them (non-empty
+    lists, in offset order, cut at `end`). With `consumer` (a `RangeGroup`'s, shared by
+    its ranges) it is reassigned to this range's partition and left open."""
+    if part.rng.size == 0:
+        return
+    if consumer is not None:
+        yield from _poll_with(consumer, part)
+        return
+    with Consumer(part.consumer_config) as own:
+        yield from _poll_with(own, part)
+
+
+def _poll_with(consumer: Consumer, part: RangePartition) -> Iterator[list[ConsumerRecord]]:
+    r = part.rng
     tp = TopicPartition(r.topic, r.partition)
-    with Consumer(part.consumer_config) as consumer:
-        start = r.start
-        earliest = consumer.beginning_offsets([tp])[tp]
-        if start < earliest:
-            if part.fail_on_data_loss:
-                raise DataLossError(
-                    f"{r.topic}-{r.partition}: offsets {start}..{earliest - 1} are gone "
-                    "(retention or deleted records); set failOnDataLoss=false to skip them")
-            start = earliest
-            if start >= r.end:
-                return
-        consumer.assign([tp])
-        consumer.seek(tp, start)
+    start = r.start
+    earliest = consumer.beginning_offsets([tp])[tp]
+    if start < earliest:
+        if part.fail_on_data_loss:
+            raise DataLossError(
+                f"{r.topic}-{r.partition}: offsets {start}..{earliest - 1} are gone "
+                "(retention or deleted records); set failOnDataLoss=false to skip them")
+        start = earliest
+        if start >= r.end:
+            return
+    consumer.assign([tp])
+    consumer.seek(tp, start)
+    deadline = time.monotonic() + part.poll_timeout_ms / 1000
+    while consumer.position(tp) < r.end:
+        records = consumer.poll(timeout_ms=min(500, part.poll_timeout_ms))
+        if not records:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{r.topic}-{r.partition}: no progress reading [{start}, {r.end}) "
+                    f"for kafkaConsumer.pollTimeoutMs={part.poll_timeout_ms} (at "
+                    f"{consumer.position(tp)}; an open transaction holds the LSO?)")
+            continue
         deadline = time.monotonic() + part.poll_timeout_ms / 1000
-        while consumer.position(tp) < r.end:
-            records = consumer.poll(timeout_ms=min(500, part.poll_timeout_ms))
-            if not records:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"{r.topic}-{r.partition}: no progress reading [{start}, {r.end}) "
-                        f"for kafkaConsumer.pollTimeoutMs={part.poll_timeout_ms} (at "
-                        f"{consumer.position(tp)}; an open transaction holds the LSO?)")
-                continue
-            deadline = time.monotonic() + part.poll_timeout_ms / 1000
-            if records[-1].offset >= r.end:  # offsets ascend: cut at the first past end
-                records = [rec for rec in records if rec.offset < r.end]
-                if records:
-                    yield records
-                return
-            yield records
+        if records[-1].offset >= r.end:  # offsets ascend: cut at the first past end
+            records = [rec for rec in records if rec.offset < r.end]
+            if records:
+                yield records
+            return
+        yield records

@@ -3,7 +3,8 @@
 `partitions()` runs on the driver: it resolves the partitions and both ends once (so
 every task of the query sees the same snapshot; "latest" is the last stable offset
 under read_committed, hence never inside an open transaction), then splits the ranges
-(`ranges.split_ranges`). `read()` runs on executors and needs nothing but its
+(`ranges.split_ranges`) and, with ``maxPartitions``, packs them into that many tasks
+(`ranges.pack_ranges`). `read()` runs on executors and needs nothing but its
 `RangePartition`.
 """
 
@@ -16,16 +17,34 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from tidegate.spark.options import ReadOptions
 from tidegate.spark.planner import OffsetPlanner
-from tidegate.spark.ranges import OffsetRange, RangePartition, read_range, split_ranges
+from tidegate.spark.ranges import (
+    OffsetRange,
+    RangeGroup,
+    RangePartition,
+    pack_ranges,
+    read_group,
+    read_range,
+    split_ranges,
+)
 
-__all__ = ["TidegateBatchReader", "make_partitions"]
+__all__ = ["TidegateBatchReader", "make_partitions", "read_partition"]
 
 
-def make_partitions(opts: ReadOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
+def make_partitions(opts: ReadOptions, ranges: list[OffsetRange]
+                    ) -> list[RangePartition] | list[RangeGroup]:
     config = opts.consumer_config
-    return [RangePartition(r, config, opts.include_headers, opts.fail_on_data_loss,
-                           opts.poll_timeout_ms, opts.arrow_batches)
-            for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)]
+    parts = [RangePartition(r, config, opts.include_headers, opts.fail_on_data_loss,
+                            opts.poll_timeout_ms, opts.arrow_batches)
+             for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)]
+    return pack_ranges(parts, opts.max_partitions)
+
+
+def read_partition(partition: InputPartition) -> Iterator[Any]:
+    """A task's output: one range (`read_range`) or a packed group (`read_group`)."""
+    if isinstance(partition, RangeGroup):
+        return read_group(partition)
+    assert isinstance(partition, RangePartition)
+    return read_range(partition)
 
 
 class TidegateBatchReader(DataSourceReader):
@@ -48,5 +67,4 @@ class TidegateBatchReader(DataSourceReader):
         return make_partitions(opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
-        return read_range(partition)
+        return read_partition(partition)

@@ -69,11 +69,15 @@ class TidegateDataSource(DataSource):
         return TidegateStreamReader(ReadOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from tidegate.spark.writer import TidegateBatchWriter
+        from tidegate.spark.writer import TidegateBatchArrowWriter, TidegateBatchWriter
 
-        return TidegateBatchWriter(WriteOptions.parse(self.options), schema)
+        opts = WriteOptions.parse(self.options)
+        cls = TidegateBatchArrowWriter if opts.arrow_batches else TidegateBatchWriter
+        return cls(opts, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from tidegate.spark.stream_writer import TidegateStreamWriter
+        from tidegate.spark.stream_writer import TidegateStreamArrowWriter, TidegateStreamWriter
 
-        return TidegateStreamWriter(WriteOptions.parse(self.options), schema)
+        opts = WriteOptions.parse(self.options)
+        cls = TidegateStreamArrowWriter if opts.arrow_batches else TidegateStreamWriter
+        return cls(opts, schema)

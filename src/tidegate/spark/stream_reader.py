@@ -3,7 +3,8 @@
 Offsets are Spark's offsets JSON (``{"topic": {"0": 42}}``, `options.offsets_to_dict`
 order: topics sorted, partitions by number), so a checkpointed batch replays from its
 offsets alone: `partitions(start, end)` is a pure function of them, and each
-`RangePartition` carries everything its task needs.
+`RangePartition` carries everything its task needs (``maxPartitions`` packs them into
+`RangeGroup`s, also a pure function of the offsets).
 
 Rules of `latestOffset(start, limit)`:
 - an end is never above the last stable offset under read_committed (the high
@@ -35,7 +36,8 @@ from pyspark.sql.streaming.datasource import (
 
 from tidegate.spark.options import Offsets, ReadOptions, offsets_from_json, offsets_to_dict
 from tidegate.spark.planner import OffsetPlanner
-from tidegate.spark.ranges import DataLossError, OffsetRange, RangePartition, read_range
+from tidegate.spark.ranges import DataLossError, OffsetRange, RangePartition, pack_ranges
+from tidegate.spark.reader import read_partition
 
 __all__ = ["TidegateStreamReader", "share_limit"]
 
@@ -117,7 +119,7 @@ class TidegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = offsets_from_json(start, "start offset")
         finish = offsets_from_json(end, "end offset")
         config = opts.consumer_config
-        out: list[InputPartition] = []
+        out: list[RangePartition] = []
         for tp in sorted(finish):
             known = tp in begin
             rng = OffsetRange(tp[0], tp[1], begin.get(tp, 0), finish[tp])
@@ -125,11 +127,10 @@ class TidegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 out.append(RangePartition(rng, config, opts.include_headers,
                                           opts.fail_on_data_loss and known,
                                           opts.poll_timeout_ms, opts.arrow_batches))
-        return out
+        return pack_ranges(out, opts.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
-        return read_range(partition)
+        return read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the query's checkpoint holds the offsets (as in Spark's source)."""

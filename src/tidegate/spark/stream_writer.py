@@ -52,7 +52,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import StructType
 
 from tidegate.client import (
@@ -65,9 +69,10 @@ from tidegate.client import (
 )
 from tidegate.client.consumer.group_offsets import OffsetAndMetadata
 from tidegate.spark.options import WriteOptions, client_config
-from tidegate.spark.writer import RowEncoder, WriteResult, send_rows
+from tidegate.spark.writer import RowEncoder, WriteResult, send_batches, send_rows
 
-__all__ = ["TidegateStreamWriter", "TwoPhaseCommitRefusedError", "TxnWriteResult"]
+__all__ = ["TidegateStreamArrowWriter", "TidegateStreamWriter", "TwoPhaseCommitRefusedError",
+           "TxnWriteResult"]
 
 QUERY_ID_KEY = "sql.streaming.queryId"
 BATCH_ID_KEY = "streaming.sql.batchId"
@@ -169,7 +174,7 @@ class TidegateStreamWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator[Any]) -> WriteResult:
         if not self.exactly_once:
             with Producer(self.opts.producer_config) as producer:
-                return WriteResult(send_rows(producer, self.encoder, iterator))
+                return WriteResult(self._send(producer, iterator))
         ctx = TaskContext.get()
         assert ctx is not None, "write() runs in a Spark task"
         query_id = ctx.getLocalProperty(QUERY_ID_KEY)
@@ -187,7 +192,7 @@ class TidegateStreamWriter(DataSourceStreamWriter):
             self._init(producer)
             producer.begin_transaction()
             try:
-                n = send_rows(producer, self.encoder, iterator)
+                n = self._send(producer, iterator)
                 _test_kill("task_write", batch_id)
                 _test_task_fault(batch_id, part, attempt)
                 state = producer.prepare_transaction()
@@ -202,6 +207,9 @@ class TidegateStreamWriter(DataSourceStreamWriter):
                 return TxnWriteResult(0, part, attempt, None, query_id, batch_id,
                                       skipped=True)
         return TxnWriteResult(n, part, attempt, state.to_json(), query_id, batch_id)
+
+    def _send(self, producer: Producer, iterator: Iterator[Any]) -> int:
+        return send_rows(producer, self.encoder, iterator)
 
     # -- driver -------------------------------------------------------------------
 
@@ -249,3 +257,11 @@ class TidegateStreamWriter(DataSourceStreamWriter):
             if txn_batch <= batch_id:
                 with self._txn_producer(tid) as producer:
                     self._init(producer)  # fences the id and aborts its transaction
+
+
+class TidegateStreamArrowWriter(TidegateStreamWriter, DataSourceStreamArrowWriter):
+    """The streaming sink fed Arrow record batches (the default, ``arrowBatches=true``):
+    the same protocol, only the records' encoding differs (`writer.send_batches`)."""
+
+    def _send(self, producer: Producer, iterator: Iterator[Any]) -> int:
+        return send_batches(producer, self.encoder, iterator)
