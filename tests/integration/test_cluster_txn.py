@@ -23,10 +23,12 @@ ListTransactions / DescribeTransactions.
    committed transactions begun after each kill; nothing stays open and replicas are
    identical.
 3. The coordinator's broker dies (`tidegate.test.fault.point`) at each point of
-   finishing a commit in turn, on brokers 1, 2 and 3 of one cluster: after PrepareCommit
-   is durable, between markers, before CompleteCommit. The victim is restarted with the
-   fault point and given back its preferred `__transaction_state` leaderships
-   (ElectLeaders), so that it coordinates the transaction; when it dies, another broker
+   finishing a commit in turn, on brokers 1, 2, 3 and 1 again of one cluster: after
+   PrepareCommit is durable, between markers, before CompleteCommit, and once
+   CompleteCommit is appended but not yet replicated (the new coordinator finds
+   PrepareCommit and finishes again; the victim's record is truncated). The victim is
+   restarted with the fault point and given back its preferred `__transaction_state`
+   leaderships (ElectLeaders), so that it coordinates the transaction; when it dies, another broker
    becomes the coordinator and finishes the commit (DescribeTransactions there:
    CompleteCommit), the producer's commit_transaction succeeds, and read_committed shows
    every value and the offsets before the victim returns.
@@ -255,7 +257,8 @@ def _committed_txns(ops: list[Op]) -> list[tuple[int | str, float]]:
 
 
 FAULT = "tidegate.test.fault.point"
-ALL_POINTS = ("after-prepare-durable", "between-markers", "before-complete")
+ALL_POINTS = ("after-prepare-durable", "between-markers", "before-complete",
+              "after-complete-appended")
 # make test: the seeds' headline case (the coordinator dies once PrepareCommit is in the
 # ISR; the next one must send the markers); make soak: every point
 POINTS = ALL_POINTS if SOAK else ALL_POINTS[:1]
@@ -355,7 +358,7 @@ def test_coordinator_killed_while_finishing_a_commit(tmp_path: Path) -> None:
         first = ask(c, 2, 10, 3, {"key": "fp-0", "key_type": 0})
         assert first.error_code == 0 and first.node_id in c.brokers, first
         for r, point in enumerate(POINTS):
-            victim = r + 1
+            victim = r % len(c.brokers) + 1
             tid = _arm(c, victim, point)
             rounds.append(_commit_and_lose_the_coordinator(c, victim, tid, f"fp-{r}", r))
             wait_in_sync(c, timeout=60)

@@ -300,7 +300,7 @@ def test_kcat_transactional_produce(txn_broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize("point", ["after-prepare-durable", "between-markers",
-                                   "before-complete"])
+                                   "before-complete", "after-complete-appended"])
 def test_broker_killed_while_finishing_a_commit(tmp_path: Path, point: str) -> None:
     """The broker dies (test fault hook) at each point of the commit's second phase; after
     a restart the coordinator finishes the commit: everything visible, exactly once."""

@@ -123,7 +123,8 @@ class TransactionCoordinator:
         self.shell = CoordinatorShell(broker, self.runtime, topic_configs)
         # cluster mode: verification of ids coordinated by another broker (BrokerApp)
         self.remote: RemoteVerifier | None = None
-        # tests only: after-prepare-durable | between-markers | before-complete
+        # tests only: after-prepare-durable | between-markers | before-complete |
+        # after-complete-appended
         self.finisher = TxnFinisher(broker, self.runtime, self.shell, self.epochs,
                                     cfg.get("tidegate.test.fault.point") or "")
         self.shell.on_durable = self.finisher.on_durable

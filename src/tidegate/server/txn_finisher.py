@@ -19,7 +19,7 @@ found the id still finishing wait for it. Retries are quiet while the disk is fu
 directory says so once); otherwise each job warns once.
 
 `tidegate.test.fault.point` (tests only) kills the broker at a named point of this
-phase: after-prepare-durable, between-markers, before-complete.
+phase: after-prepare-durable, between-markers, before-complete, after-complete-appended.
 """
 
 from __future__ import annotations
@@ -172,6 +172,9 @@ class TxnFinisher:
                 await self.shell.run(partition, lambda s, now, _t: ops.complete(
                     s, job.transactional_id, job.producer_id, job.producer_epoch, job.commit,
                     now, job.prepare_offset), before_durable=True)
+                # appended, not yet durable (cluster: not yet replicated), and nobody
+                # told: a new leader must find PrepareCommit and finish again
+                self._fault("after-complete-appended")
                 self.completed(job.transactional_id)
                 return
             except KafkaError as e:

@@ -59,9 +59,9 @@ def _hold_fsync(lg: Log) -> threading.Event:
     return gate
 
 
-def _produce(version: int, pid: int, epoch: int) -> Any:
+def _produce(version: int, pid: int, epoch: int, sequence: int = 0) -> Any:
     batch = build_batch([(int(time.time() * 1000), b"k", b"v")], producer_id=pid,
-                        producer_epoch=epoch, base_sequence=0, is_transactional=True)
+                        producer_epoch=epoch, base_sequence=sequence, is_transactional=True)
     return build(request_class(0, version), {
         "transactional_id": "tx", "acks": -1, "timeout": 30000,
         "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
@@ -145,6 +145,81 @@ def test_transaction_version_2_adds_durably_before_appending(tmp_path: Path) -> 
             gate.set()
             assert _produce_error(await asyncio.wait_for(sent, 10)) == ErrorCode.none
             assert data.log_end_offset == 1
+        finally:
+            gate.set()
+            await _stop(b)
+
+    asyncio.run(main())
+
+
+def _hold_fsync_from(lg: Log, end: int) -> threading.Event:
+    """`lg`'s flushes wait until the event is set once the log holds `end` records or
+    more (earlier flushes go through)."""
+    gate = threading.Event()
+    real = lg.flush
+
+    def held() -> int:
+        if lg.log_end_offset >= end:
+            gate.wait(10)
+        return real()
+
+    lg.flush = held  # type: ignore[method-assign]
+    return gate
+
+
+def _add(pid: int, epoch: int) -> Any:
+    return build(request_class(24, 3), {
+        "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": pid,
+        "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": "t", "partitions": [0]}]})
+
+
+def test_next_transaction_starts_on_an_appended_complete_commit(tmp_path: Path) -> None:
+    """CompleteCommit is answered once appended, so the producer's next AddPartitionsToTxn
+    runs (and is answered) while CompleteCommit is not yet durable; the next transaction's
+    data still waits until CompleteCommit and the new add are. Fails if that data is
+    appended before, or if the next add waits for CompleteCommit's fsync again."""
+    async def main() -> None:
+        b, state, data, pid, epoch = await _started(tmp_path)
+        gate = threading.Event()
+        try:
+            ctx = RequestContext(24, 3, 1, "c", "peer")
+            await asyncio.wait_for(handle_add_partitions(b, ctx, _add(pid, epoch)), 5)
+            assert _produce_error(await asyncio.wait_for(produce.handle(
+                b, RequestContext(0, 9, 2, "c", "peer"), _produce(9, pid, epoch)), 10)) == 0
+            # the fsync that would make CompleteCommit durable (the record after
+            # PrepareCommit) is held; PrepareCommit's goes through
+            prepare = state.log_end_offset
+            gate = _hold_fsync_from(state, prepare + 2)
+            end = build(request_class(26, 3), {
+                "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+                "committed": True})
+            resp = await asyncio.wait_for(handle_end_txn(
+                b, RequestContext(26, 3, 3, "c", "peer"), end), 10)
+            assert resp.error_code == ErrorCode.none
+            # the next transaction's add, sent at once as librdkafka does: it waits for
+            # the markers and the append of CompleteCommit, not for its fsync (held
+            # 10 s; a coordinator that waited for it would answer after the 2 s
+            # `_CONCURRENT_WAIT_S`, having run the add on the appended state anyway)
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            resp2 = await asyncio.wait_for(handle_add_partitions(b, ctx, _add(pid, epoch)), 5)
+            assert loop.time() - t0 < 1.5, "the next add waited for CompleteCommit's fsync"
+            [topic] = resp2.results_by_topic_v3_and_below
+            assert topic.results_by_partition[0].partition_error_code == ErrorCode.none
+            assert state.log_end_offset == prepare + 3  # PrepareCommit, Complete, add
+            assert state.recovery_point == prepare + 1, "CompleteCommit was durable"
+            assert data.log_end_offset == 2  # the first transaction's record and marker
+            sent = asyncio.ensure_future(produce.handle(
+                b, RequestContext(0, 9, 4, "c", "peer"), _produce(9, pid, epoch, 1)))
+            await asyncio.sleep(HELD_S)
+            assert data.log_end_offset == 2, \
+                "data appended before CompleteCommit and the next add were durable"
+            assert not sent.done()
+            gate.set()
+            assert _produce_error(await asyncio.wait_for(sent, 10)) == ErrorCode.none
+            assert data.log_end_offset == 3
+            assert state.recovery_point == state.log_end_offset
         finally:
             gate.set()
             await _stop(b)
