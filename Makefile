@@ -31,6 +31,10 @@ deps-system:
 	  echo "installing zookeeper (Debian package)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper >/dev/null; }
+	@[ -f /usr/include/librdkafka/rdkafka.h ] || { \
+	  echo "installing librdkafka-dev (Debian package; bench/load_producer.c, the C produce load)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq librdkafka-dev >/dev/null; }
 	@command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || { \
 	  echo "installing iptables (Debian package)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -133,7 +133,8 @@ def main() -> None:
                     for b in order:
                         assert b.proc is not None
                         c0 = cpu_seconds(b.proc.pid)
-                        rate = produce(b.bootstrap, f"m{m}-r{r}", args.records, args.size, acks)
+                        rate = produce(b.bootstrap, f"m{m}-r{r}", args.records, args.size,
+                                       acks).mb_s
                         cpu[(label, b is on)] = cpu.get((label, b is on), 0.0) + \
                             cpu_seconds(b.proc.pid) - c0
                         rates.setdefault((label, b is on), []).append(rate)

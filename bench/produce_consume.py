@@ -1,7 +1,10 @@
 """Produce and consume throughput of a Tidegate broker, beside the disk's own bandwidth.
 
-confluent-kafka (librdkafka) is the load generator so the client is not what is
-measured. 1 KiB records, produced to its own topic in each of three modes: acks=all,
+The load generator is the cheapest available (`--load`, bench/load.py): a small C program
+on librdkafka (~1.1 us of CPU per record), Kafka's ProducerPerformance, or confluent-kafka
+in this process (~3.3 us), so the load's CPU does not decide the figures on a small
+machine; the one that ran is printed, with its CPU per record beside the broker's. 1 KiB
+records, produced to its own topic in each of three modes: acks=all,
 acks=1 (on one node both are answered once the data is fsynced and below the high
 watermark), and acks=1 to a topic with a relaxed flush policy (`flush.messages` > 1:
 answered after the write, flushed in the background); `--rounds` rounds of the three
@@ -16,7 +19,7 @@ Apache Kafka runs beside it when its jars are there (`make deps-kafka`, `--peer`
 defaults (no fsync) and with `log.flush.interval.messages=1`, then consumed the same way.
 
     .venv/bin/python bench/produce_consume.py [--records 300000] [--partitions 3] [--rounds 3]
-        [--peer auto|none|kafka,kafka-fsync] [--quick]
+        [--peer auto|none|kafka,kafka-fsync] [--load auto|c|java|python] [--quick]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import load as loads
 from bench import peer_kafka
 from tests.integration.conftest import BrokerProcess
 
@@ -62,40 +66,10 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
-    from confluent_kafka import Producer
-
-    p = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": acks,
-            "linger.ms": 5,
-            "batch.size": 1_000_000,
-            "compression.type": "none",
-            "enable.idempotence": False,
-            "queue.buffering.max.kbytes": 1_048_576,
-        }
-    )
-    payload = os.urandom(size)
-    failures = []
-
-    def cb(err: object, _m: object) -> None:
-        if err is not None:
-            failures.append(err)
-
-    start = time.perf_counter()
-    for i in range(n):
-        while True:
-            try:
-                p.produce(topic, payload, str(i).encode(), on_delivery=cb)
-                break
-            except BufferError:
-                p.poll(0.01)
-    p.flush(300)
-    elapsed = time.perf_counter() - start
-    if failures:
-        raise SystemExit(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
-    return n * size / elapsed / 1e6
+def produce(bootstrap: str, topic: str, n: int, size: int, acks: str,
+            load: str = "python", partitions: int = 1) -> loads.LoadResult:
+    """MB/s and the load's CPU of producing `n` records (bench/load.py)."""
+    return loads.run(load, bootstrap, topic, n, size, acks, partitions)
 
 
 def consume(bootstrap: str, topic: str, n: int, size: int, partitions: int) -> float:
@@ -165,19 +139,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the produce modes")
     ap.add_argument("--round-trips", type=int, default=500)
     ap.add_argument("--quick", action="store_true", help="20,000 records, 1 round, 64 MB disk")
+    ap.add_argument("--load", default="auto", choices=("auto", *loads.LOADS),
+                    help="the load generator (bench/load.py); auto: the cheapest available")
     peer_kafka.add_peer_option(ap)
     args = ap.parse_args()
+    load, load_notes = loads.choose(args.load)
     if args.quick:
         args.records, args.rounds, args.disk_mb, args.round_trips = 20_000, 1, 64, 50
     peers, why_not = peer_kafka.wanted(args.peer)
     kafka_rates: dict[str, list[float]] = {m: [] for m in peers}
     kafka_cpu: dict[str, list[float]] = {m: [] for m in peers}  # broker CPU us per record
+    kafka_load: dict[str, list[float]] = {m: [] for m in peers}  # load CPU us per record
     kafka_cons: dict[str, float] = {}
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
     rates: dict[str, list[float]] = {label: [] for label, _a, _c in MODES}
     cpu: dict[str, list[float]] = {label: [] for label, _a, _c in MODES}  # broker us/record
+    load_cpu: dict[str, list[float]] = {label: [] for label, _a, _c in MODES}  # load us/record
     trips: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("TIDEGATE_BENCH_DIR")) as tmp:
         data = Path(tmp) / "data"
@@ -190,11 +169,13 @@ def main() -> None:
         try:
             for kafka in kafkas.values():
                 kafka_admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-                for fut in kafka_admin.create_topics([NewTopic(f"bench-{r}", args.partitions, 1)
-                                                      for r in range(args.rounds)]).values():
+                for fut in kafka_admin.create_topics(
+                        [NewTopic(f"bench-{r}", args.partitions, 1) for r in range(args.rounds)]
+                        + [NewTopic("warmup", args.partitions, 1)]).values():
                     fut.result(30)
                 # untimed: the JVM compiles its hot paths while it serves the first requests
-                produce(kafka.bootstrap, "warmup", max(args.records // 2, 20_000), args.size, "all")
+                produce(kafka.bootstrap, "warmup", max(args.records // 2, 20_000), args.size, "all",
+                        load, args.partitions)
             b = broker.bootstrap
             admin = AdminClient({"bootstrap.servers": b})
             topics = [
@@ -202,8 +183,11 @@ def main() -> None:
                 for r in range(args.rounds)
                 for m in range(len(MODES))
             ]
-            for fut in admin.create_topics(topics).values():
+            for fut in admin.create_topics([*topics, NewTopic("warmup", args.partitions, 1)]
+                                           ).values():
                 fut.result(30)
+            # untimed, as Kafka's: the broker's first requests pay imports and allocations
+            produce(b, "warmup", 20_000, args.size, "all", load, args.partitions)
             for r in range(args.rounds):
                 for k in range(len(MODES)):  # rotate the order: no mode always goes first
                     m = (r + k) % len(MODES)
@@ -211,14 +195,18 @@ def main() -> None:
                     topic = f"bench-{m}-{r}"
                     pid = broker.proc.pid if broker.proc is not None else 0
                     before_cpu = process_cpu_seconds(pid)
-                    rates[label].append(produce(b, topic, args.records, args.size, acks))
+                    res = produce(b, topic, args.records, args.size, acks, load, args.partitions)
                     after_cpu = process_cpu_seconds(pid)
+                    rates[label].append(res.mb_s)
                     cpu[label].append((after_cpu - before_cpu) / args.records * 1e6)
+                    load_cpu[label].append(res.load_cpu_s / args.records * 1e6)
                 for k in range(len(kafkas)):  # then Kafka, acks=all, its modes rotated too
                     mode = list(kafkas)[(r + k) % len(kafkas)]
                     before = kafkas[mode].cpu_seconds()
-                    kafka_rates[mode].append(produce(kafkas[mode].bootstrap, f"bench-{r}",
-                                                     args.records, args.size, "all"))
+                    res = produce(kafkas[mode].bootstrap, f"bench-{r}", args.records, args.size,
+                                  "all", load, args.partitions)
+                    kafka_rates[mode].append(res.mb_s)
+                    kafka_load[mode].append(res.load_cpu_s / args.records * 1e6)
                     kafka_cpu[mode].append((kafkas[mode].cpu_seconds() - before)
                                            / args.records * 1e6)
             cons = consume(b, "bench-0-0", args.records, args.size, args.partitions)
@@ -234,10 +222,12 @@ def main() -> None:
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.python_version()}")
     print(
         f"workload: {args.records} records x {args.size} B = {mb:.0f} MB, "
-        f"{args.partitions} partitions, confluent-kafka load generator, "
+        f"{args.partitions} partitions, {load} load generator, "
         f"{args.rounds} rounds per produce mode in rotating order (median, min-max)"
     )
-    print(f"{'measurement':<48}{'MB/s':>10}{'vs disk':>10}   range   broker CPU us/record")
+    for note in load_notes:
+        print(f"note: {note}")
+    print(f"{'measurement':<48}{'MB/s':>10}{'vs disk':>10}   range   CPU us/record: broker, load")
     print(f"{'disk: 1 MiB writes + fdatasync each':<48}{disk_sync:>10.1f}{1.0:>10.2f}")
     print(
         f"{'disk: 1 MiB writes, one fdatasync':<48}{disk_raw:>10.1f}{disk_raw / disk_sync:>10.2f}"
@@ -248,13 +238,14 @@ def main() -> None:
         print(
             f"{'tidegate produce (' + label + ')':<48}{med:>10.1f}{med / disk_sync:>10.2f}"
             f"   {min(values):.0f}-{max(values):.0f}"
-            f"   {statistics.median(cpu[label]):.2f}"
+            f"   {statistics.median(cpu[label]):.2f}, {statistics.median(load_cpu[label]):.2f}"
         )
     print(f"{'tidegate consume':<48}{cons:>10.1f}{cons / disk_sync:>10.2f}")
     for mode, values in kafka_rates.items():
         name, med = peer_kafka.MODES[mode][0], statistics.median(values)
         print(f"{name + ' produce (acks=all)':<48}{med:>10.1f}{med / disk_sync:>10.2f}"
-              f"   {min(values):.0f}-{max(values):.0f}   {statistics.median(kafka_cpu[mode]):.2f}")
+              f"   {min(values):.0f}-{max(values):.0f}   {statistics.median(kafka_cpu[mode]):.2f}"
+              f", {statistics.median(kafka_load[mode]):.2f}")
     for mode, rate in kafka_cons.items():
         print(f"{peer_kafka.MODES[mode][0] + ' consume':<48}{rate:>10.1f}{rate / disk_sync:>10.2f}")
     if why_not is not None:

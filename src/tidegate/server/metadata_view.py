@@ -110,6 +110,9 @@ class EmbeddedMetadata:
         self._logs = logs
         self.node_id = config.node_id
         self._views: dict[str, TopicView] = {}  # rebuilt when the topic changes
+        # the offline partitions each cached view was built with: comparing sets, not
+        # walking every partition's view, on each request (Produce resolves its topics)
+        self._views_down: dict[str, frozenset[int]] = {}
 
     @property
     def cluster_id(self) -> str:
@@ -148,7 +151,7 @@ class EmbeddedMetadata:
         cached = self._views.get(name)
         if (cached is not None and cached.topic_id == meta.topic_id
                 and len(cached.partitions) == meta.partitions
-                and down == {v.index for v in cached.partitions if v.leader < 0}):
+                and down == self._views_down.get(name)):
             return cached
         node = (self.node_id,)
         parts = tuple(
@@ -157,6 +160,7 @@ class EmbeddedMetadata:
             for p in range(meta.partitions)
         )
         view = self._views[name] = TopicView(name, meta.topic_id, parts)
+        self._views_down[name] = down
         return view
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicView | None:
