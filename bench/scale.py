@@ -408,7 +408,7 @@ def run(name: str, fn: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="two small points per part (about a minute; make bench-quick)")
+                    help="two small points per part (~15 s idle; make bench-quick)")
     ap.add_argument("--parts", default="partitions,pids,groups,txns")
     ap.add_argument("--records", type=int, default=50_000)
     ap.add_argument("--size", type=int, default=1024)
@@ -420,8 +420,8 @@ def main() -> None:
     q = args.quick
     parts = set(args.parts.split(","))
     counts = ([int(c) for c in args.partitions.split(",")] if args.partitions
-              else [1, 1000] if q else [1, 100, 1000, 10_000])
-    records = 5000 if q else args.records
+              else [1, 300] if q else [1, 100, 1000, 10_000])
+    records = 3000 if q else args.records
     configs = args.configs.split(",")
     print(f"scale bench on {os.cpu_count()} cores (a shared, loaded machine), "
           f"{'quick' if q else 'full'} sizes")
@@ -443,7 +443,7 @@ def main() -> None:
                  [("mb_s", "produce MB/s"), ("fds", "open files"), ("rss_mb", "RSS MB"),
                   ("start_kill9_s", "start after kill -9 (s)")], series="config")
     if "pids" in parts:
-        pcounts = [1000, 100_000] if q else [1000, 10_000, 100_000, 1_000_000]
+        pcounts = [1000, 30_000] if q else [1000, 10_000, 100_000, 1_000_000]
         rows = run("producer ids", lambda: [producers_point(c) for c in pcounts])
         table("Idle producer ids (one partition's producer state)", rows)
         if not args.no_plot:
@@ -451,7 +451,7 @@ def main() -> None:
                  [("rss_growth_mb", "memory growth MB"), ("snapshot_write_s", "snapshot write s"),
                   ("snapshot_load_s", "snapshot load s")])
     if "groups" in parts:
-        gcounts = [10, 1000] if q else [10, 100, 1000, 10_000]
+        gcounts = [10, 200] if q else [10, 100, 1000, 10_000]
         rows = run("groups", lambda: [groups_point(c) for c in gcounts])
         table("Consumer groups (one committed offset each)", rows)
         if not args.no_plot:
@@ -459,8 +459,8 @@ def main() -> None:
                  [("rss_growth_mb", "broker RSS growth MB"),
                   ("loaded_s", "restart to last group served (s)")])
     if "txns" in parts:
-        tcounts = [1, 100] if q else [1, 10, 100, 1000]
-        rows = run("txns", lambda: [txns_point(c, 20 if q else 100) for c in tcounts])
+        tcounts = [1, 30] if q else [1, 10, 100, 1000]
+        rows = run("txns", lambda: [txns_point(c, 10 if q else 100) for c in tcounts])
         table("Open transactions (one more producer commits one-record transactions)", rows)
         if not args.no_plot:
             plot("open_txns", rows, "open_txns",

@@ -13,10 +13,13 @@ version, never a torn one.
 from __future__ import annotations
 
 import base64
+import ctypes
+import functools
 import os
 import re
+import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "read_properties",
     "read_single_value",
     "segment_path",
+    "sync_filesystem",
     "write_offset_checkpoint",
     "write_partition_metadata",
     "write_properties",
@@ -68,6 +72,35 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sync_filesystem(path: Path) -> None:
+    """Make every write to the file system holding `path` durable: Linux's syncfs(2),
+    else os.sync(). One call replaces the thousands of fsyncs a start after a crash would
+    otherwise make (every recovered segment, index, snapshot and directory of every
+    partition: ~8 per partition, 80,000 at 10,000 partitions). syncfs reports writeback
+    errors (Linux >= 5.8): OSError then, as a failed fsync would."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        syncfs = _libc_syncfs()
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs: {os.strerror(err)}", str(path))
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def _libc_syncfs() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    return fn
 
 
 def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:

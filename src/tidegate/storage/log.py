@@ -46,7 +46,13 @@ Invariants:
 - segments are sorted by base offset; the last one is active (the only one appended to);
   `log_start_offset` lies in [first base offset, log_end_offset];
 - offsets increase in append order, dense except for gaps compaction leaves;
-- `recovery_point` <= `log_end_offset`, and everything below it has been fdatasync'ed;
+- `recovery_point` <= `log_end_offset`, and everything below it has been fdatasync'ed:
+  the `.log` data (the produce path's durability); the offset and time indexes only of
+  closed segments (a flush leaves the active segment's out, as Kafka does: one fsync
+  per flush instead of three). So the value checkpointed for a restart after a crash
+  (`recovery_point_to_checkpoint`) never passes the base of the active segment or of a
+  segment rolled since the last flush: a start trusts the indexes of the segments wholly
+  below it, and rebuilds those of the segments from the one holding it on (`recovery`);
 - files hold batches exactly as on the wire; nothing here decodes records except the
   two timestamp queries, which decode one batch each, and markers (one record each);
 - the producer state reflects exactly the batches below `log_end_offset`: an append is
@@ -124,6 +130,7 @@ from tidegate.storage.txn_index import TxnIndexEntry
 from tidegate.storage.validation import (
     assign_offsets,
     check_timestamps,
+    stamp_offsets,
     validate_producer_batches,
 )
 
@@ -133,6 +140,11 @@ __all__ = ["UNVERIFIED", "AppendInfo", "Log", "remove_deleted_dir"]
 UNVERIFIED: object = object()
 
 log = logging.getLogger(__name__)
+
+
+# Batches replayed at open (recovery.load_producer_state) from which the producer state
+# is snapshotted at once; fewer are replayed again at the next unclean start instead.
+SNAPSHOT_AFTER_REPLAY = 1000
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,8 @@ class Log(TransactionalLog, ReplicaLog):
         clock: Clock,
         opened: OpenedPartition,
         high_watermark: int | None = None,
+        *,
+        sync: bool = True,
     ) -> None:
         """Use `Log.open`."""
         parsed = parse_partition_dir(directory.name)
@@ -185,12 +199,18 @@ class Log(TransactionalLog, ReplicaLog):
         self._closed = False
         self._producers = ProducerStateManager()
         self._unsynced_snapshots: list[Path] = []  # written at rolls, fsynced by flush
+        # segments rolled since the last flush: their offset / time indexes, unsynced while
+        # they were active, are fsynced by the next flush (they hold the checkpoint back)
+        self._rolled_unsynced: list[LogSegment] = []
         now = clock.now_ms()
         self._producers.on_high_watermark_updated(hw)
         if load_producer_state(
             self._producers, directory, self._segs.segments, self._log_start_offset, now
-        ):  # replayed batches: snapshot now so the next start need not (data is synced)
-            self._producers.take_snapshot(directory)
+        ) >= SNAPSHOT_AFTER_REPLAY:  # snapshot now so the next start need not replay
+            # them again (data is synced). A short replay (the usual tail after kill -9)
+            # is cheaper to repeat than a snapshot file per partition is to write: a
+            # fifth of a start at 10,000 partitions.
+            self._producers.take_snapshot(directory, sync=sync)
         self._last_stable_offset = self._log_start_offset
         self._refresh_lso(allow_backwards=True)
         self._epochs, changed = load_leader_epochs(
@@ -210,18 +230,22 @@ class Log(TransactionalLog, ReplicaLog):
         topic_id: uuid.UUID | None = None,
         recovery_point: int | None = None,
         high_watermark: int | None = None,
+        sync: bool = True,
     ) -> Log:
         """Create or open the partition directory. After an unclean shutdown, segments
         from the one holding `recovery_point` on (all if None) are CRC-checked and cut at
         the first torn or corrupt batch; after a clean one files are trusted, but index
         files that are missing or fail their sanity check are rebuilt. The high
         watermark starts at the log end, or at `high_watermark` (cluster mode: the
-        checkpointed one) clamped to [log start, log end]."""
+        checkpointed one) clamped to [log start, log end]. `sync=False` leaves what the
+        open repaired or wrote unsynced: the caller must sync the file system
+        (`files.sync_filesystem`) before the log is used (LogManager.load)."""
         directory = Path(directory)
         opened = open_partition_dir(
-            directory, config, clock.now_ms(), topic_id=topic_id, recovery_point=recovery_point
+            directory, config, clock.now_ms(), topic_id=topic_id,
+            recovery_point=recovery_point, sync=sync,
         )
-        return cls(directory, config, clock, opened, high_watermark)
+        return cls(directory, config, clock, opened, high_watermark, sync=sync)
 
     # -- properties --------------------------------------------------------------------
 
@@ -251,6 +275,17 @@ class Log(TransactionalLog, ReplicaLog):
     @property
     def recovery_point(self) -> int:
         return self._recovery_point
+
+    @property
+    def recovery_point_to_checkpoint(self) -> int:
+        """The recovery point for `recovery-point-offset-checkpoint`: `recovery_point`,
+        but not past the base of the first segment whose offset / time indexes may be
+        unsynced (the active one, or one rolled since the last flush). A start after a
+        crash trusts the indexes of the segments wholly below the checkpointed point; the
+        others it rebuilds from the log, so a stale or short index there is harmless."""
+        with self._lock:
+            bases = [seg.base_offset for seg in self._rolled_unsynced]
+            return min(self._recovery_point, self._segs.active.base_offset, *bases)
 
     @property
     def unflushed_messages(self) -> int:
@@ -309,8 +344,10 @@ class Log(TransactionalLog, ReplicaLog):
                 f"{len(view)} bytes of batches exceed segment.bytes ({cfg.segment_bytes})"
             )
         checked = validate_records(view, found, cfg)  # parses every record (record_checks)
+        # LogAppendTime rewrites timestamps under the CRC: a private copy; else the
+        # request's bytes are written as they are, around new headers (stamp_offsets)
         return self._append(
-            bytearray(view),
+            bytearray(view) if cfg.log_append_time else memoryview(view).toreadonly(),
             found,
             now,
             leader_epoch,
@@ -354,7 +391,7 @@ class Log(TransactionalLog, ReplicaLog):
 
     def _append(
         self,
-        buf: bytearray,
+        buf: bytearray | memoryview,
         found: list[tuple[int, BatchHeader]],
         now: int,
         leader_epoch: int | None,
@@ -384,16 +421,25 @@ class Log(TransactionalLog, ReplicaLog):
                         return self._duplicate(dup, log_append)
             if from_client:
                 check_timestamps([h for _, h in found], now, cfg, records)
-            headers = assign_offsets(
-                buf,
-                positions,
-                self.log_end_offset,
-                log_append_time=now if log_append else None,
-                leader_epoch=leader_epoch,
-            )
+            data: bytearray | Sequence[bytearray | memoryview]
+            if log_append and not isinstance(buf, bytearray):  # the config changed since
+                buf = bytearray(buf)
+            if isinstance(buf, bytearray):  # a private copy: patched in place
+                headers = assign_offsets(
+                    buf,
+                    positions,
+                    self.log_end_offset,
+                    log_append_time=now if log_append else None,
+                    leader_epoch=leader_epoch,
+                )
+                data = buf
+            else:  # read-only bytes of the request: new headers, the rest as it is
+                headers, data = stamp_offsets(
+                    buf, positions, self.log_end_offset, leader_epoch=leader_epoch
+                )
             max_ts = max(h.max_timestamp for h in headers)
             seg = self._maybe_roll(len(buf), max_ts, headers[-1].last_offset, now)
-            seg.append(buf, headers, positions)
+            seg.append(data, headers, positions)
             types = control_types or [None] * len(headers)
             # The batches are in the log: from here on nothing may fail the append, or
             # the log would hold batches the producer state does not know (a retry
@@ -455,6 +501,7 @@ class Log(TransactionalLog, ReplicaLog):
             self._segs.drop(active)
         else:
             active.on_become_inactive()  # its last time index entry may stay queued
+            self._rolled_unsynced.append(active)  # indexes fsynced by the next flush
         self._segs.append(new)
         self._unsynced_snapshots = [*self._unsynced_snapshots[-1:], path]
         return new
@@ -517,7 +564,10 @@ class Log(TransactionalLog, ReplicaLog):
                     return self._recovery_point
                 target = self.log_end_offset
                 generation = segs.generation
-                todo = segs.segments[segs.floor_index(self._recovery_point) :]
+                active = segs.active
+                rolled = list(self._rolled_unsynced)  # a roll during the flush appends
+                start = min([self._recovery_point, *(seg.base_offset for seg in rolled)])
+                todo = segs.segments[segs.floor_index(start) :]
                 for seg in todo:  # entries a full disk left queued; raises until written
                     seg.write_pending()
                 sync_dir, segs.dir_dirty = segs.dir_dirty, False
@@ -525,8 +575,8 @@ class Log(TransactionalLog, ReplicaLog):
                 epochs = self._epochs_to_write()  # covers every batch below `target`
                 segs.pin()
             try:
-                for seg in todo:
-                    seg.sync()
+                for seg in todo:  # the active segment's indexes: see the module doc
+                    seg.sync(indexes=seg is not active)
                 for path in snapshots:
                     _fsync_if_exists(path)
                 if sync_dir:
@@ -545,6 +595,8 @@ class Log(TransactionalLog, ReplicaLog):
             with self._lock:
                 if generation == segs.generation and target > self._recovery_point:
                     self._recovery_point = target
+                # synced above (if still in the log); those rolled since stay listed
+                self._rolled_unsynced = [s for s in self._rolled_unsynced if s not in rolled]
                 self.last_flush_ms = self._clock.now_ms()
                 return self._recovery_point
 
@@ -778,6 +830,7 @@ class Log(TransactionalLog, ReplicaLog):
             for seg in self._segs.segments:
                 seg.write_pending()
                 seg.sync()
+            self._rolled_unsynced = []
             for path in self._unsynced_snapshots:
                 _fsync_if_exists(path)
             self._unsynced_snapshots = []

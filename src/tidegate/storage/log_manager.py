@@ -50,6 +50,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -78,6 +79,7 @@ from tidegate.storage.files import (
     parse_partition_dir,
     read_offset_checkpoint,
     read_properties,
+    sync_filesystem,
     write_offset_checkpoint,
     write_properties,
 )
@@ -191,7 +193,21 @@ class LogManager(LogDirsMixin):
             for p in meta.local_partitions():
                 self.dirs.place((meta.name, p))  # a partition not found: a new, empty one
             jobs += [(meta, p, cfg, recovery.get((meta.name, p))) for p in meta.local_partitions()]
-        self._open_all(jobs, say)
+        # What the opens repaired (torn tails cut, indexes and snapshots rewritten, the
+        # clean-shutdown markers removed) is left unsynced, then made durable by one
+        # syncfs per directory here, before any log serves or any recovery point is
+        # checkpointed: ~8 fsyncs per partition otherwise, most of a start after kill -9
+        # at 10,000 partitions. A crash before this sync repeats the recovery; a failed
+        # open still syncs what the others repaired (a later close() marks them clean).
+        t0 = time.monotonic()
+        try:
+            self._open_all(jobs, say, sync=False)
+        finally:
+            t1 = time.monotonic()
+            for d in self.dirs.dirs:
+                sync_filesystem(d)
+        say(f"opened {len(jobs)} partitions in {t1 - t0:.2f} s, then synced "
+            f"{len(self.dirs.dirs)} log dir(s) in {time.monotonic() - t1:.2f} s")
         self.checkpoint_recovery_points()
         say(f"loaded {len(self._logs)} partitions of {len(self.topics)} topics")
 
@@ -238,14 +254,16 @@ class LogManager(LogDirsMixin):
     def _open_all(
         self, jobs: Sequence[tuple[TopicMeta, int, LogConfig, int | None]],
         say: Callable[[str], None] = lambda _msg: None,
+        *,
+        sync: bool = True,
     ) -> None:
         """Open partitions on `recovery_threads` threads; each is registered (in the
         caller's thread) as it completes, in order. The first failure is raised once the
-        partitions already being opened have finished."""
+        partitions already being opened have finished. `sync=False`: see `Log.open`."""
         total = len(jobs)
 
         def one(job: tuple[TopicMeta, int, LogConfig, int | None]) -> Log:
-            return self._open_log(*job)
+            return self._open_log(*job, sync=sync)
 
         if self.recovery_threads == 1 or total < 2:
             opened: Iterator[Log] = map(one, jobs)
@@ -269,7 +287,10 @@ class LogManager(LogDirsMixin):
         self._logs[(meta.name, partition)] = lg
         return lg
 
-    def _open_log(self, meta: TopicMeta, partition: int, cfg: LogConfig, rp: int | None) -> Log:
+    def _open_log(
+        self, meta: TopicMeta, partition: int, cfg: LogConfig, rp: int | None, *,
+        sync: bool = True,
+    ) -> Log:
         """Open (creating if needed, recovering if needed) one partition's log; safe to
         run on several threads at once for different partitions."""
         directory = self.dirs.where[(meta.name, partition)] / f"{meta.name}-{partition}"
@@ -278,11 +299,12 @@ class LogManager(LogDirsMixin):
         try:
             lg = Log.open(
                 directory, cfg, self.clock, topic_id=meta.topic_id, recovery_point=rp,
-                high_watermark=hw,
+                high_watermark=hw, sync=sync,
             )
         except InconsistentTopicIdError as exc:
             self._set_aside(directory, f"is from an older topic ({exc})")
-            lg = Log.open(directory, cfg, self.clock, topic_id=meta.topic_id, high_watermark=hw)
+            lg = Log.open(directory, cfg, self.clock, topic_id=meta.topic_id,
+                          high_watermark=hw, sync=sync)
         return lg
 
     def _after_truncation(self, _lg: Log) -> None:
@@ -571,7 +593,9 @@ class LogManager(LogDirsMixin):
         log.flush.offset.checkpoint.interval.ms): a crash then recovers only the tail.
         A full disk skips it quietly (the previous checkpoint stays valid, only older);
         the next run retries."""
-        self._write_checkpoint(RECOVERY_CHECKPOINT, "recovery points", lambda lg: lg.recovery_point)
+        # not past a segment whose indexes are unsynced (Log.recovery_point_to_checkpoint)
+        self._write_checkpoint(RECOVERY_CHECKPOINT, "recovery points",
+                               lambda lg: lg.recovery_point_to_checkpoint)
 
     def checkpoint_high_watermarks(self) -> None:
         """Cluster mode: persist every log's high watermark to Kafka's

@@ -12,6 +12,8 @@ Invariants:
   `last_offset - base_offset < 2**31` (relative offsets fit the indexes' int32).
 - Index entries only point at batches that are already in the `.log` file (the log is
   written before the index), so a crash can lose index entries but never make one lie.
+  (A power loss can leave an unsynced index short or garbled: the active segment's
+  indexes are not fsynced by flushes, so a start after a crash rebuilds them; see `sync`.)
 - `next_offset` is one past the last offset stored (the base offset if empty).
 - `txn_index` (`.txnindex`, aborted transactions whose marker is in this segment) is
   created with the segment; `txn_index_stale` says it must be rebuilt (missing, corrupt,
@@ -60,6 +62,7 @@ RECOVERY_CHUNK = 1 << 20  # recovery reads whole batches in big chunks
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
 
 Buffer = bytes | bytearray | memoryview
+IOV_MAX = 1024  # Linux's limit on the pieces of one pwritev
 
 
 def check_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
@@ -271,24 +274,32 @@ class LogSegment:
         self._bytes_since_index += header.size
 
     def append(
-        self, data: Buffer, headers: Sequence[BatchHeader], positions: Sequence[int]
+        self, data: Buffer | Sequence[Buffer], headers: Sequence[BatchHeader],
+        positions: Sequence[int]
     ) -> None:
         """Write validated batches (`positions` are their offsets within `data`), then
-        index them. One write for the log, one per index.
+        index them. One write for the log, one per index. `data` may come in pieces
+        (`validation.stamp_offsets`), written in order with one gathered write.
 
         All or nothing for the log: if the write fails (a full disk) after part of the
         data went in, the file is cut back to where it was, so no stray bytes lie past
         `size` (a later append writes there; a restart would have to cut them). After the
         log write nothing raises: index entries that cannot be written stay queued."""
         start = self.size
-        view = memoryview(data)
+        pieces = ([memoryview(data)] if isinstance(data, bytes | bytearray | memoryview)
+                  else [memoryview(d) for d in data])
         pos = start
         try:
             with self._file as fd:
-                while view:
-                    n = os.pwrite(fd, view, pos)
-                    view = view[n:]
+                i = 0
+                while i < len(pieces):
+                    n = os.pwritev(fd, pieces[i : i + IOV_MAX], pos)
                     pos += n
+                    while i < len(pieces) and n >= len(pieces[i]):  # skip what was written
+                        n -= len(pieces[i])
+                        i += 1
+                    if n:  # a short write: go on from within this piece
+                        pieces[i] = pieces[i][n:]
         except OSError:
             if pos > start:
                 try:
@@ -494,16 +505,20 @@ class LogSegment:
             self.next_offset = header.base_offset
         return cut
 
-    def sync(self) -> None:
-        """fdatasync the log and indexes if written since the last sync (any thread)."""
+    def sync(self, *, indexes: bool = True) -> None:
+        """fdatasync the log, the transaction index and (with `indexes`) the offset and
+        time indexes, each if written since its last sync (any thread). `Log.flush`
+        leaves the active segment's offset and time indexes out: a start after a crash
+        rebuilds them from the log (see `Log.recovery_point_to_checkpoint`)."""
         if self.closed:
             return
         if self._dirty:
             self._dirty = False
             with self._file as fd:
                 os.fdatasync(fd)
-        self.offset_index.sync()
-        self.time_index.sync()
+        if indexes:
+            self.offset_index.sync()
+            self.time_index.sync()
         self.txn_index.sync()
 
     def rename_log(self, suffix: str) -> None:

@@ -9,7 +9,9 @@ against message.timestamp.before/after.max.ms) runs under the lock after the pro
 check, as in Kafka, so the retry of a batch already written is answered as a duplicate
 even if its timestamps have since gone out of range. `assign_offsets` patches a private
 copy in place: offsets (not covered by the CRC), leader epoch, LogAppendTime (re-CRCs
-the batch).
+the batch). `stamp_offsets` does the same without copying the batches (no
+LogAppendTime): only each batch's header is copied and patched, and the write gathers
+the headers with the rest of the batches, read from the request's own bytes.
 
 Idempotent batches (producer id >= 0), as Kafka's LogValidator / ProduceRequest:
   * a base sequence of -1 is INVALID_RECORD ("Invalid sequence number");
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from tidegate.common.errors import InvalidRecordError, MessageTooLargeError
 from tidegate.records.batch import (
+    HEADER_SIZE,
     NO_SEQUENCE,
     BatchHeader,
     parse_header,
@@ -36,7 +39,7 @@ from tidegate.storage.config import LONG_MAX, LogConfig
 from tidegate.storage.errors import InvalidTimestampError
 from tidegate.storage.record_checks import BatchRecords, RecordTimestampError
 
-__all__ = ["assign_offsets", "check_timestamps", "validate_producer_batches"]
+__all__ = ["assign_offsets", "check_timestamps", "stamp_offsets", "validate_producer_batches"]
 
 NO_TIMESTAMP = -1
 
@@ -147,3 +150,34 @@ def assign_offsets(
         headers.append(header)
         offset = header.next_offset
     return headers
+
+
+def stamp_offsets(
+    view: memoryview,
+    positions: list[int],
+    first_offset: int,
+    *,
+    leader_epoch: int | None,
+) -> tuple[list[BatchHeader], list[bytearray | memoryview]]:
+    """`assign_offsets` without the copy of the batches (which `view` keeps, read-only):
+    each batch's 61-byte header is copied and given its offsets and leader epoch, which
+    the CRC does not cover; returns the headers and the pieces to write in order (each
+    batch's new header, then the rest of it from `view`). A megabyte's copy per request
+    was a tenth of the broker's CPU per produced record. No LogAppendTime: its
+    timestamps are under the CRC (use `assign_offsets` on a copy)."""
+    headers: list[BatchHeader] = []
+    # the pieces cover all of `view`, as the copy did
+    pieces: list[bytearray | memoryview] = [view[: positions[0]]] if positions[0] else []
+    offset = first_offset
+    end = len(view)
+    for i, p in enumerate(positions):
+        head = bytearray(view[p : p + HEADER_SIZE])
+        set_base_offset(head, 0, offset)
+        if leader_epoch is not None:
+            set_partition_leader_epoch(head, 0, leader_epoch)
+        header = parse_header(head)
+        headers.append(header)
+        pieces.append(head)
+        pieces.append(view[p + HEADER_SIZE : positions[i + 1] if i + 1 < len(positions) else end])
+        offset = header.next_offset
+    return headers, pieces

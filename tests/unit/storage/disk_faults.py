@@ -1,6 +1,7 @@
 """`Disk`: file writes that fail the way they do on a full tmpfs, for tests.
 
-Patches `os.write` and `os.pwrite` (what the storage layer writes with) while installed;
+Patches `os.write`, `os.pwrite` and `os.pwritev` (what the storage layer writes with)
+while installed;
 only writes to files under `root` are limited. Page-granular like tmpfs: a write within a
 file's last page needs no new page, one past it does; a write needing more pages than
 `free` writes what fits (a short write), and the next one fails with ENOSPC. `strict`
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
@@ -60,7 +61,7 @@ class Disk:
 
     @contextmanager
     def installed(self) -> Iterator[Disk]:
-        real_write, real_pwrite = os.write, os.pwrite
+        real_write, real_pwrite, real_pwritev = os.write, os.pwrite, os.pwritev
 
         def write(fd: int, data: bytes | memoryview) -> int:
             return real_write(fd, memoryview(data)[: self._allow(fd, len(data), None)])
@@ -68,5 +69,16 @@ class Disk:
         def pwrite(fd: int, data: bytes | memoryview, pos: int) -> int:
             return real_pwrite(fd, memoryview(data)[: self._allow(fd, len(data), pos)], pos)
 
-        with mock.patch.object(os, "write", write), mock.patch.object(os, "pwrite", pwrite):
+        def pwritev(fd: int, pieces: Sequence[bytes | memoryview], pos: int) -> int:
+            allowed = self._allow(fd, sum(len(p) for p in pieces), pos)
+            cut = []  # the pieces up to what fits
+            for p in pieces:
+                if allowed <= 0:
+                    break
+                cut.append(memoryview(p)[:allowed])
+                allowed -= len(cut[-1])
+            return real_pwritev(fd, cut, pos)
+
+        with mock.patch.object(os, "write", write), mock.patch.object(os, "pwrite", pwrite), \
+                mock.patch.object(os, "pwritev", pwritev):
             yield self

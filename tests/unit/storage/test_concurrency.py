@@ -89,8 +89,8 @@ def test_truncation_during_flush_does_not_raise_the_recovery_point(tmp_path: Pat
     active = log.segments[-1]
     real_sync = active.sync
 
-    def sync_then_truncate() -> None:
-        real_sync()
+    def sync_then_truncate(*, indexes: bool = True) -> None:
+        real_sync(indexes=indexes)
         log.truncate_to(4)  # happens "concurrently", after the target was captured
 
     active.sync = sync_then_truncate  # type: ignore[method-assign]

@@ -364,14 +364,16 @@ def test_truncation_checkpoints_recovery_point_and_hw_at_once(tmp_path: Path) ->
     lm.create_topic("t", 1, {})
     lg = lm.get_log("t", 0)
     assert lg is not None
-    for i in range(6):
-        lg.append(plain(2, tag=i), leader_epoch=0)
+    for i in range(6):  # a segment each: the recovery point checkpointed is capped by
+        lg.append(plain(2, tag=i, size=600), leader_epoch=0)  # the active one's base
     lg.flush()
     lg.update_high_watermark(12)
     lm.checkpoint_recovery_points()
     lm.checkpoint_high_watermarks()
-    assert read_offset_checkpoint(tmp_path / RECOVERY_CHECKPOINT)[("t", 0)] == 12
-    lg.truncate_to(6)
+    assert [s.base_offset for s in lg.segments] == [0, 2, 4, 6, 8, 10]
+    assert read_offset_checkpoint(tmp_path / RECOVERY_CHECKPOINT)[("t", 0)] == 10
+    lg.truncate_to(7)  # cuts the batch 6-7: the segment at 6 stays, empty and active
+    assert lg.recovery_point == 6 and lg.segments[-1].base_offset == 6
     assert read_offset_checkpoint(tmp_path / RECOVERY_CHECKPOINT)[("t", 0)] == 6
     assert read_offset_checkpoint(tmp_path / REPLICATION_CHECKPOINT)[("t", 0)] == 6
     lm.close()

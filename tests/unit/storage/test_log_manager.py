@@ -48,7 +48,9 @@ def test_create_append_reload(tmp_path: Path) -> None:
     assert m2.cluster_id == m.cluster_id
     lg2 = m2.get_log("orders", 2)
     assert lg2 is not None and lg2.log_end_offset == 3
-    assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint")[("orders", 2)] == 3
+    # the active segment's base: its indexes are not fsynced by flushes, so a start after
+    # a crash must rebuild them (Log.recovery_point_to_checkpoint)
+    assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint")[("orders", 2)] == 0
     m2.close()
 
 
