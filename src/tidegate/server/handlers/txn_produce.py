@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import view
-from tidegate.records.batch import parse_header
+from tidegate.records.batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK, parse_header
 from tidegate.server.handlers.common import resolve_topic
 from tidegate.storage.log import Log
 
@@ -76,6 +76,11 @@ class Slot:
 def transactional_producer(records: Any) -> tuple[int, int] | None:
     """(producer id, epoch) of a transactional data batch; None otherwise (or unreadable:
     the log's validation answers that)."""
+    # runs twice per partition per request (reserve_slots, the handler): a plain batch
+    # is told by its attributes' low byte, without parsing the whole header
+    if len(records) > ATTRIBUTES_OFFSET + 1 and not (
+            records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK):
+        return None
     try:
         header = parse_header(records, 0)
     except Exception:
@@ -95,9 +100,11 @@ def reserve_slots(broker: Broker, req: Any) -> dict[tuple[int, int], Slot]:
         if not name or name in INTERNAL_TOPICS:
             continue
         for part in topic.partition_data or ():
-            lg = broker.get_log(name, int(part.index))
             txn = transactional_producer(part.records) if part.records else None
-            if lg is None or txn is None or txn[0] < 0:
+            if txn is None or txn[0] < 0:
+                continue
+            lg = broker.get_log(name, int(part.index))
+            if lg is None:
                 continue
             tails = _TAILS.setdefault(lg, {})
             ahead = tails.get(txn[0])
