@@ -10,6 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from tidegate.records.record import gc_track as _gc_track
+
 __all__ = [
     "BrokerInfo",
     "ClusterDescription",
@@ -58,18 +60,36 @@ class ConsumerRecord:
 
     __slots__ = ("headers", "key", "offset", "partition", "timestamp", "timestamp_type",
                  "topic", "value")
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
 
     def __init__(self, topic: str, partition: int, offset: int, timestamp: int,
                  timestamp_type: int, key: bytes | None, value: bytes | None,
                  headers: tuple[Header, ...]) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.timestamp = timestamp
-        self.timestamp_type = timestamp_type
-        self.key = key
-        self.value = value
-        self.headers = headers
+        # The consumer does not call this: records.record.decode_record_objects makes
+        # its records (in C, without __init__). object.__setattr__: past ours below.
+        set_ = object.__setattr__
+        set_(self, "topic", topic)
+        set_(self, "partition", partition)
+        set_(self, "offset", offset)
+        set_(self, "timestamp", timestamp)
+        set_(self, "timestamp_type", timestamp_type)
+        set_(self, "key", key)
+        set_(self, "value", value)
+        set_(self, "headers", headers)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        # The C decoder's records are untracked by the cycle collector (they cannot
+        # be in a cycle as made); a new value might refer back to the record.
+        if _gc_track is not None:
+            _gc_track(self)
 
     def __repr__(self) -> str:
         return (f"ConsumerRecord(topic={self.topic!r}, partition={self.partition}, "

@@ -1,6 +1,7 @@
 """Selects the optional C extension `tidegate.records._speedups` (see `_speedups.c`).
 
-When it imports, `record.py` decodes with its `decode_records`, `scan.py` checks produced
+When it imports, `record.py` decodes with its `decode_records` (and
+`decode_records_as`, straight into the consumer's record class), `scan.py` checks produced
 records with its `validate_records` (no objects built), and `builder.py` makes its
 `RecordBuffer` (`append` in C) the base class of `BatchBuilder`. Otherwise both use
 their own pure-Python code, which is always kept: it is the reference the C code must
@@ -14,8 +15,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["PURE_PYTHON_ENV", "SPEEDUPS", "RecordBuffer", "decode_records", "validate_records"]
+__all__ = [
+    "PURE_PYTHON_ENV",
+    "SPEEDUPS",
+    "RecordBuffer",
+    "decode_records",
+    "decode_records_as",
+    "gc_track",
+    "validate_records",
+]
 
 PURE_PYTHON_ENV = "TIDEGATE_PURE_PYTHON"
 
@@ -23,6 +33,11 @@ _Header = tuple[str, bytes | None]
 _RecordTuple = tuple[int, int, bytes | None, bytes | None, tuple[_Header, ...]]
 
 decode_records: Callable[[bytes, int, int, int, int | None], list[_RecordTuple]] | None = None
+# (data, count, base_offset, base_timestamp, log_append_time, cls, topic, partition,
+#  timestamp_type) -> list of cls instances; see _speedups.pyi
+decode_records_as: Callable[..., list[Any]] | None = None
+# lets the cycle collector track a record from decode_records_as again
+gc_track: Callable[[object], None] | None = None
 RecordBuffer: type | None = None
 # (min_timestamp, max_timestamp, first_bad_offset, null_keys); see _speedups.pyi
 validate_records: (
@@ -34,11 +49,15 @@ if os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
     try:
         from tidegate.records._speedups import RecordBuffer as _RecordBuffer
         from tidegate.records._speedups import decode_records as _decode_records
+        from tidegate.records._speedups import decode_records_as as _decode_records_as
+        from tidegate.records._speedups import gc_track as _gc_track
         from tidegate.records._speedups import validate_records as _validate_records
     except ImportError:  # not built (or built from another version of the source)
         pass
     else:
         decode_records = _decode_records
+        decode_records_as = _decode_records_as
+        gc_track = _gc_track
         RecordBuffer = _RecordBuffer
         validate_records = _validate_records
 

@@ -38,9 +38,20 @@
 #define MIN_RECORD_BODY 6
 #define MIN_RECORD_SIZE 7
 
+/* The fields decode_records_as stores in each instance of its class, by slot name. */
+enum { F_TOPIC, F_PARTITION, F_TIMESTAMP_TYPE, F_OFFSET, F_TIMESTAMP, F_KEY, F_VALUE,
+       F_HEADERS, N_FIELDS };
+static const char *const field_names[N_FIELDS] = {
+    "topic", "partition", "timestamp_type", "offset", "timestamp", "key", "value", "headers",
+};
+
 typedef struct {
     PyObject *corrupt; /* tidegate.common.errors.CorruptRecordError */
     PyObject *invalid; /* tidegate.common.errors.InvalidRecordError */
+    /* The last class decode_records_as checked, and its slots' offsets: the check (eight
+       attribute lookups) would otherwise cost more than a small batch's records. */
+    PyObject *target_type;
+    Py_ssize_t target_off[N_FIELDS];
 } speedups_state;
 
 static inline speedups_state *
@@ -351,32 +362,72 @@ PyDoc_STRVAR(decode_records_doc,
 "Raises CorruptRecordError / InvalidRecordError exactly as record.py's\n"
 "decode_record_tuples does.");
 
+PyDoc_STRVAR(decode_records_as_doc,
+"decode_records_as(data, count, base_offset, base_timestamp, log_append_time, cls,\n"
+"                  topic, partition, timestamp_type, /)\n"
+"--\n"
+"\n"
+"As decode_records, each record as an instance of `cls` (a class whose __slots__\n"
+"include topic, partition, timestamp_type, offset, timestamp, key, value and headers),\n"
+"made without calling it: allocated, then those eight slots set (the first three to\n"
+"the arguments of the same names, shared by every record). Its __init__ must do no\n"
+"more than store its arguments. The instances are not tracked by the cycle\n"
+"collector: cls's __setattr__ must call gc_track(self).");
+
+PyDoc_STRVAR(gc_track_doc,
+"gc_track(obj, /)\n"
+"--\n"
+"\n"
+"Let the cycle collector track `obj` again (a record from decode_records_as that is\n"
+"given a new attribute value, which may refer back to it). No-op if it is tracked or\n"
+"not a container type.");
+
 static PyObject *
-decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+gc_track(PyObject *module, PyObject *obj)
 {
-    speedups_state *st = get_state(module);
+    if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj)) {
+        PyObject_GC_Track(obj); /* fatal if already tracked: checked above */
+    }
+    Py_RETURN_NONE;
+}
+
+/* Where the records go: NULL for tuples, else the class, its slots' offsets and the
+   three values every record shares. */
+typedef struct {
+    PyTypeObject *type;
+    const Py_ssize_t *off;
+    PyObject *topic, *partition, *timestamp_type;
+} record_target;
+
+static inline void
+set_slot(PyObject *obj, Py_ssize_t off, PyObject *value)
+{
+    *(PyObject **)((char *)obj + off) = value; /* steals; the slot was NULL (tp_alloc) */
+}
+
+static PyObject *
+decode_core(speedups_state *st, PyObject *const *args, const char *fname,
+            const record_target *tgt)
+{
     PyObject *data_obj, *count_obj, *log_append_time, *records = NULL;
+    PyObject *prev_ts = NULL; /* the last timestamp made, shared by records with its delta */
+    int64_t prev_ts_delta = 0;
     base_value base_offset, base_ts;
     const unsigned char *d;
     int64_t n, pos = 0, count, i;
     int overflow = 0;
     long long count_ll;
 
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError,
-                     "decode_records() takes exactly 5 arguments (%zd given)", nargs);
-        return NULL;
-    }
     data_obj = args[0];
     count_obj = args[1];
     log_append_time = args[4];
     if (!PyBytes_Check(data_obj)) {
-        PyErr_Format(PyExc_TypeError, "decode_records() argument 1 must be bytes, not %.100s",
+        PyErr_Format(PyExc_TypeError, "%s() argument 1 must be bytes, not %.100s", fname,
                      Py_TYPE(data_obj)->tp_name);
         return NULL;
     }
     if (!PyLong_Check(count_obj)) {
-        PyErr_Format(PyExc_TypeError, "decode_records() argument 2 must be int, not %.100s",
+        PyErr_Format(PyExc_TypeError, "%s() argument 2 must be int, not %.100s", fname,
                      Py_TYPE(count_obj)->tp_name);
         return NULL;
     }
@@ -520,14 +571,30 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
 
         offset = add_base(&base_offset, offset_delta);
-        if (log_append_time == Py_None) {
-            timestamp = add_base(&base_ts, ts_delta);
+        if (log_append_time != Py_None) {
+            timestamp = Py_NewRef(log_append_time);
+        }
+        else if (prev_ts != NULL && ts_delta == prev_ts_delta) {
+            /* Producers stamp whole batches within the same millisecond: one int for
+               all of them (ints are immutable, so sharing is invisible). */
+            timestamp = Py_NewRef(prev_ts);
         }
         else {
-            timestamp = log_append_time;
-            Py_INCREF(timestamp);
+            timestamp = add_base(&base_ts, ts_delta);
+            if (timestamp != NULL) {
+                Py_XSETREF(prev_ts, Py_NewRef(timestamp));
+                prev_ts_delta = ts_delta;
+            }
         }
-        rec = offset != NULL && timestamp != NULL ? PyTuple_New(5) : NULL;
+        if (offset == NULL || timestamp == NULL) {
+            rec = NULL;
+        }
+        else if (tgt == NULL) {
+            rec = PyTuple_New(5);
+        }
+        else {
+            rec = tgt->type->tp_alloc(tgt->type, 0);
+        }
         if (rec == NULL) {
             Py_XDECREF(offset);
             Py_XDECREF(timestamp);
@@ -536,11 +603,31 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(headers);
             goto error;
         }
-        PyTuple_SET_ITEM(rec, 0, offset);
-        PyTuple_SET_ITEM(rec, 1, timestamp);
-        PyTuple_SET_ITEM(rec, 2, key);
-        PyTuple_SET_ITEM(rec, 3, value);
-        PyTuple_SET_ITEM(rec, 4, headers);
+        if (tgt == NULL) {
+            PyTuple_SET_ITEM(rec, 0, offset);
+            PyTuple_SET_ITEM(rec, 1, timestamp);
+            PyTuple_SET_ITEM(rec, 2, key);
+            PyTuple_SET_ITEM(rec, 3, value);
+            PyTuple_SET_ITEM(rec, 4, headers);
+        }
+        else {
+            const Py_ssize_t *off = tgt->off;
+            set_slot(rec, off[F_TOPIC], Py_NewRef(tgt->topic));
+            set_slot(rec, off[F_PARTITION], Py_NewRef(tgt->partition));
+            set_slot(rec, off[F_TIMESTAMP_TYPE], Py_NewRef(tgt->timestamp_type));
+            set_slot(rec, off[F_OFFSET], offset);
+            set_slot(rec, off[F_TIMESTAMP], timestamp);
+            set_slot(rec, off[F_KEY], key);
+            set_slot(rec, off[F_VALUE], value);
+            set_slot(rec, off[F_HEADERS], headers);
+            /* Its slots hold only bytes, ints, str, None and tuples of those: it cannot
+               be part of a cycle, so the cycle collector need not traverse it (that
+               was half of the cost of a 100-byte record). The class re-tracks an
+               instance when an attribute is assigned (gc_track in its __setattr__). */
+            if (PyObject_GC_IsTracked(rec)) {
+                PyObject_GC_UnTrack(rec);
+            }
+        }
         PyList_SET_ITEM(records, (Py_ssize_t)i, rec);
         continue;
 
@@ -555,11 +642,101 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                      (long long)(n - pos), count_obj);
         goto error;
     }
+    Py_XDECREF(prev_ts);
     PyObject_GC_Track(records);
     return records;
 error:
+    Py_XDECREF(prev_ts);
     Py_XDECREF(records); /* list_dealloc skips the NULL slots not yet filled */
     return NULL;
+}
+
+static PyObject *
+decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError,
+                     "decode_records() takes exactly 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    return decode_core(get_state(module), args, "decode_records", NULL);
+}
+
+/* The offsets of `cls`'s eight slots into st->target_off (cached for the last class).
+   Each must be a writable object slot (a __slots__ entry) inside the instance, defined
+   on `cls` or a base: anything else is a TypeError, never a write out of bounds. */
+static int
+target_offsets(speedups_state *st, PyObject *cls)
+{
+    PyTypeObject *tp;
+    Py_ssize_t off[N_FIELDS];
+    int i;
+
+    if (cls == st->target_type) {
+        return 0;
+    }
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "decode_records_as() argument 6 must be a class, "
+                     "not %.100s", Py_TYPE(cls)->tp_name);
+        return -1;
+    }
+    tp = (PyTypeObject *)cls;
+    if (tp->tp_alloc == NULL || tp->tp_itemsize != 0 ||
+        (tp->tp_flags & Py_TPFLAGS_IS_ABSTRACT)) {
+        PyErr_Format(PyExc_TypeError, "decode_records_as() cannot allocate %.100s",
+                     tp->tp_name);
+        return -1;
+    }
+    for (i = 0; i < N_FIELDS; i++) {
+        PyObject *descr = PyObject_GetAttrString(cls, field_names[i]);
+        PyMemberDef *m;
+        int ok;
+        if (descr == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                return -1;
+            }
+            PyErr_Clear(); /* reported as any other missing slot */
+            descr = Py_NewRef(Py_None);
+        }
+        ok = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+             PyType_IsSubtype(tp, ((PyDescrObject *)descr)->d_type);
+        m = ok ? ((PyMemberDescrObject *)descr)->d_member : NULL;
+        ok = ok && m->type == T_OBJECT_EX && !(m->flags & READONLY) &&
+             m->offset >= (Py_ssize_t)sizeof(PyObject) &&
+             m->offset <= tp->tp_basicsize - (Py_ssize_t)sizeof(PyObject *);
+        Py_DECREF(descr);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "decode_records_as(): %.100s.%s is not a slot",
+                         tp->tp_name, field_names[i]);
+            return -1;
+        }
+        off[i] = m->offset;
+    }
+    Py_XSETREF(st->target_type, Py_NewRef(cls));
+    memcpy(st->target_off, off, sizeof(off));
+    return 0;
+}
+
+static PyObject *
+decode_records_as(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    speedups_state *st = get_state(module);
+    record_target tgt;
+
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError,
+                     "decode_records_as() takes exactly 9 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (target_offsets(st, args[5]) < 0) {
+        return NULL;
+    }
+    tgt.type = (PyTypeObject *)st->target_type;
+    tgt.off = st->target_off;
+    tgt.topic = args[6];
+    tgt.partition = args[7];
+    tgt.timestamp_type = args[8];
+    return decode_core(st, args, "decode_records_as", &tgt);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -1571,6 +1748,9 @@ done:
 static PyMethodDef speedups_methods[] = {
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
      decode_records_doc},
+    {"decode_records_as", (PyCFunction)(void (*)(void))decode_records_as, METH_FASTCALL,
+     decode_records_as_doc},
+    {"gc_track", (PyCFunction)gc_track, METH_O, gc_track_doc},
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL,
      encode_record_doc},
     {"validate_records", (PyCFunction)(void (*)(void))validate_records, METH_FASTCALL,
@@ -1611,6 +1791,7 @@ speedups_traverse(PyObject *module, visitproc visit, void *arg)
     speedups_state *st = get_state(module);
     Py_VISIT(st->corrupt);
     Py_VISIT(st->invalid);
+    Py_VISIT(st->target_type);
     return 0;
 }
 
@@ -1620,6 +1801,7 @@ speedups_clear(PyObject *module)
     speedups_state *st = get_state(module);
     Py_CLEAR(st->corrupt);
     Py_CLEAR(st->invalid);
+    Py_CLEAR(st->target_type);
     return 0;
 }
 

@@ -1,6 +1,9 @@
 """Type stub of the optional C extension built from `_speedups.c` (see `_accel.py`)."""
 
 from collections.abc import Sequence
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 _Buffer = bytes | bytearray | memoryview
 _Header = tuple[str, bytes | None]
@@ -13,6 +16,19 @@ def decode_records(
     log_append_time: int | None,
     /,
 ) -> list[tuple[int, int, bytes | None, bytes | None, tuple[_Header, ...]]]: ...
+def decode_records_as(
+    data: bytes,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+    cls: type[_T],
+    topic: str,
+    partition: int,
+    timestamp_type: int,
+    /,
+) -> list[_T]: ...
+def gc_track(obj: object, /) -> None: ...
 def validate_records(
     data: _Buffer, count: int, base_timestamp: int, /
 ) -> tuple[int | None, int | None, int, int]: ...

@@ -26,13 +26,16 @@ Invariants:
 `decode_record_tuples` runs the C extension's `decode_records` when it is available
 (`SPEEDUPS`, see `_accel.py`) and `data` is bytes; `_decode_record_tuples_py` is the
 reference it must match exactly (results, exception classes and messages).
+`decode_record_objects` does the same straight into the consumer's record class (the
+extension's `decode_records_as`: no tuple and no `__init__` call per record).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import starmap
+from typing import TypeVar
 
 from tidegate.common.errors import CorruptRecordError, InvalidRecordError
 from tidegate.records import _accel
@@ -57,16 +60,23 @@ __all__ = [
     "Record",
     "RecordTuple",
     "decode_batch_tuples",
+    "decode_record_objects",
     "decode_record_tuples",
     "decode_records",
     "decode_records_section",
+    "gc_track",
     "iter_batches",
+    "read_batch",
 ]
 
 Buffer = bytes | bytearray | memoryview
 Header = tuple[str, bytes | None]
 # (offset, timestamp, key, value, headers): a `Record`'s fields, see `decode_record_tuples`
 RecordTuple = tuple[int, int, bytes | None, bytes | None, tuple[Header, ...]]
+_T = TypeVar("_T")
+# cls(topic, partition, offset, timestamp, timestamp_type, key, value, headers)
+RecordFactory = Callable[[str, int, int, int, int, bytes | None, bytes | None,
+                          tuple[Header, ...]], _T]
 
 # Smallest possible record: length(1) + attributes(1) + timestampDelta(1) +
 # offsetDelta(1) + keyLength(1) + valueLength(1) + headerCount(1).
@@ -77,6 +87,10 @@ _NO_HEADERS: tuple[Header, ...] = ()
 #: True when the C extension decodes records (see `_accel.py`).
 SPEEDUPS = _accel.SPEEDUPS
 _decode_records_c = _accel.decode_records
+_decode_records_as_c = _accel.decode_records_as
+#: Makes the cycle collector track a record from `decode_record_objects` again (None
+#: without the C extension, whose records are tracked as usual).
+gc_track = _accel.gc_track
 
 
 @dataclass(slots=True)
@@ -130,13 +144,48 @@ def decode_batch_tuples(
     buf: Buffer, pos: int = 0, *, check_crc: bool = True
 ) -> tuple[BatchHeader, list[RecordTuple]]:
     """Like `decode_records`, with each record as a plain `RecordTuple`."""
+    header, data = read_batch(buf, pos, check_crc=check_crc)
+    return header, decode_record_tuples(header, data)
+
+
+def read_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True
+               ) -> tuple[BatchHeader, bytes]:
+    """Validate the batch at `pos`; its header and its (decompressed) records section,
+    for `decode_record_tuples` / `decode_record_objects`."""
     header = validate_batch(buf, pos, check_crc=check_crc, strict_counts=False)
     start = pos + HEADER_SIZE
     end = pos + header.size
     codec = header.compression
     section = memoryview(buf)[start:end]
-    data = decompress(codec, section) if codec else bytes(section)  # one copy
-    return header, decode_record_tuples(header, data)
+    return header, decompress(codec, section) if codec else bytes(section)  # one copy
+
+
+def decode_record_objects(header: BatchHeader, data: bytes, cls: RecordFactory[_T],
+                          topic: str, partition: int) -> list[_T]:
+    """Like `decode_record_tuples`, each record as ``cls(topic, partition, offset,
+    timestamp, header.timestamp_type, key, value, headers)``.
+
+    With the C extension the instances are made without calling `cls`: allocated, then
+    the slots of those eight names set (see `_speedups.c`). So `cls` must be a
+    ``__slots__`` class whose ``__init__`` only stores its arguments in the slots of the
+    same names — `client.types.ConsumerRecord`, which this exists for. Those instances
+    are not tracked by the cycle collector (they hold only bytes, ints, str and tuples
+    of those), so `cls.__setattr__` must pass the instance to `gc_track`."""
+    ts_type = header.timestamp_type
+    if _decode_records_as_c is not None and isinstance(data, bytes):
+        return _decode_records_as_c(
+            data,
+            header.records_count,
+            header.base_offset,
+            header.base_timestamp,
+            header.max_timestamp if ts_type else None,
+            cls,
+            topic,
+            partition,
+            ts_type,
+        )
+    return [cls(topic, partition, offset, timestamp, ts_type, key, value, headers)
+            for offset, timestamp, key, value, headers in _decode_record_tuples_py(header, data)]
 
 
 def decode_record_tuples(header: BatchHeader, data: bytes) -> list[RecordTuple]:

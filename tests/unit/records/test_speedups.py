@@ -229,6 +229,21 @@ def outcome(fn: Callable[[], Any]) -> Outcome:
         return (type(exc).__name__, None)
 
 
+class _Slotted:
+    """A class for decode_records_as (the consumer's is client.types.ConsumerRecord)."""
+
+    __slots__ = ("headers", "key", "offset", "partition", "timestamp", "timestamp_type",
+                 "topic", "value")
+    headers: Any
+    key: Any
+    offset: int
+    partition: int
+    timestamp: int
+    timestamp_type: int
+    topic: str
+    value: Any
+
+
 def decode_both(
     data: bytes, count: int, base_offset: int = 0, base_ts: int = 0, lat: int | None = None
 ) -> Outcome:
@@ -239,6 +254,15 @@ def decode_both(
         )
     )
     assert c == py
+    # decode_records_as: the same records (or error) as slot-filled instances
+    objs = outcome(lambda: _speedups.decode_records_as(data, count, base_offset, base_ts, lat,
+                                                       _Slotted, "t", 7, 1))
+    assert objs[0] == c[0]
+    if c[0] == "ok":
+        assert [(o.offset, o.timestamp, o.key, o.value, o.headers) for o in objs[1]] == c[1]
+        assert all((o.topic, o.partition, o.timestamp_type) == ("t", 7, 1) for o in objs[1])
+    else:
+        assert objs[1] == c[1]
     if c[0] == "ok":
         for rec in c[1]:
             assert type(rec) is tuple and len(rec) == 5

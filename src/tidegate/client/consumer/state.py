@@ -21,13 +21,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import starmap
 
 from tidegate.client.consumer.aborted import AbortedFilter, AbortedTransaction
 from tidegate.client.types import ConsumerRecord, TopicPartition
 from tidegate.common.errors import CorruptRecordError
 from tidegate.records.batch import HEADER_SIZE, peek_size
-from tidegate.records.record import Record, RecordTuple, decode_batch_tuples
+from tidegate.records.record import (
+    Record,
+    RecordTuple,
+    decode_record_objects,
+    decode_record_tuples,
+    read_batch,
+)
 
 __all__ = [
     "EARLIEST",
@@ -37,6 +42,9 @@ __all__ = [
     "PartitionState",
     "parse_partition_records",
 ]
+
+_NO_RECORDS: list[RecordTuple] = []  # never appended to
+_NO_CONSUMER_RECORDS: list[ConsumerRecord] = []  # never appended to
 
 EARLIEST = -2  # ListOffsets timestamp meaning "log start offset"
 LATEST = -1  # ListOffsets timestamp meaning "high watermark" (or LSO, read_committed)
@@ -108,9 +116,10 @@ class Assignment:
 class PartitionRecords:
     """The records of one partition from one fetch; see the module docstring.
 
-    Records are kept as the decoder's plain tuples (`records.record.RecordTuple`), so
-    each record costs one object of the caller's choosing when it is handed out: a
-    `ConsumerRecord` from `take`, a `Record` from `take_raw`, and nothing more."""
+    Records are decoded straight into `ConsumerRecord`s (`records.record.
+    decode_record_objects`: with the C extension, no tuple and no `__init__` call per
+    record), so `take` only copies references; `take_raw` (`poll_batches`) makes a
+    `Record` of each."""
 
     __slots__ = ("_batch", "_batches", "_index", "fetch_offset", "nbytes", "next_offset",
                  "tp")
@@ -119,13 +128,13 @@ class PartitionRecords:
         self,
         tp: TopicPartition,
         fetch_offset: int,
-        batches: list[tuple[int, list[RecordTuple]]],
+        batches: list[list[ConsumerRecord]],
         next_offset: int,
         nbytes: int = 0,
     ) -> None:
         self.tp = tp
         self.fetch_offset = fetch_offset
-        self._batches = batches  # (timestamp_type, records) per data batch, in order
+        self._batches = batches  # the records of each data batch, in order
         self.next_offset = next_offset
         self.nbytes = nbytes  # fetched bytes (queued.max.messages.kbytes counts these)
         self._batch = 0
@@ -135,35 +144,30 @@ class PartitionRecords:
     def exhausted(self) -> bool:
         return self._batch >= len(self._batches)
 
-    def _next_slice(self, room: int) -> tuple[int, list[RecordTuple]]:
-        """Up to `room` records of the current batch (with its timestamp type), moving
-        past them."""
-        ts_type, records = self._batches[self._batch]
+    def _next_slice(self, room: int) -> list[ConsumerRecord]:
+        """Up to `room` records of the current batch, moving past them."""
+        records = self._batches[self._batch]
         start = self._index
         stop = start + room
         if stop >= len(records):
             self._batch += 1
             self._index = 0
-            return ts_type, records[start:] if start else records
+            return records[start:] if start else records
         self._index = stop
-        return ts_type, records[start:stop]
+        return records[start:stop]
 
     def take(self, max_records: int, out: list[ConsumerRecord]) -> int | None:
         """Append up to `max_records` records to `out`; return the new position (None if
         nothing was taken)."""
-        topic, partition = self.tp
         position: int | None = None
         left = max_records
-        append = out.append
-        new = ConsumerRecord
         n_batches = len(self._batches)
         while left > 0 and self._batch < n_batches:
-            ts_type, records = self._next_slice(left)
-            for offset, timestamp, key, value, headers in records:
-                append(new(topic, partition, offset, timestamp, ts_type, key, value, headers))
+            records = self._next_slice(left)
+            out += records
             if records:
                 left -= len(records)
-                position = records[-1][0] + 1
+                position = records[-1].offset + 1
         if self.exhausted:
             position = self.next_offset
         return position
@@ -175,11 +179,11 @@ class PartitionRecords:
         left = max_records
         n_batches = len(self._batches)
         while left > 0 and self._batch < n_batches:
-            records = self._next_slice(left)[1]
-            out.extend(starmap(Record, records))
+            records = self._next_slice(left)
+            out += [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
             if records:
                 left -= len(records)
-                position = records[-1][0] + 1
+                position = records[-1].offset + 1
         if self.exhausted:
             position = self.next_offset
         return out, position
@@ -201,7 +205,8 @@ def parse_partition_records(
     (read_uncommitted) keeps them.
     """
     txn_filter = None if aborted is None else AbortedFilter(aborted)
-    batches: list[tuple[int, list[RecordTuple]]] = []
+    topic, partition = tp
+    batches: list[list[ConsumerRecord]] = []
     next_offset = fetch_offset
     pos = 0
     end = len(data) if data else 0
@@ -214,20 +219,28 @@ def parse_partition_records(
                     f"{tp.topic}-{tp.partition} is too short"
                 )
             break
-        header, records = decode_batch_tuples(data, pos, check_crc=check_crcs)
+        header, section = read_batch(data, pos, check_crc=check_crcs)
         pos += size
-        keep = not header.is_control
+        is_control = header.is_control
+        # Control records stay tuples (only the aborted filter reads them); data
+        # records are decoded as what `take` hands out. Both are decoded (checked)
+        # even when the batch is then dropped, as before.
+        control: list[RecordTuple] = (decode_record_tuples(header, section)
+                                      if is_control else _NO_RECORDS)
+        records = (_NO_CONSUMER_RECORDS if is_control else
+                   decode_record_objects(header, section, ConsumerRecord, topic, partition))
+        keep = not is_control
         if txn_filter is not None:  # sees every batch, also those before fetch_offset
             keep = txn_filter.accept(
                 last_offset=header.last_offset, producer_id=header.producer_id,
-                is_transactional=header.is_transactional, is_control=header.is_control,
-                records=records)
+                is_transactional=header.is_transactional, is_control=is_control,
+                records=control)
         if header.next_offset <= fetch_offset:
             continue
         next_offset = header.next_offset
         if not keep or not records:
             continue
-        if records[0][0] < fetch_offset:
-            records = [r for r in records if r[0] >= fetch_offset]
-        batches.append((header.timestamp_type, records))
+        if records[0].offset < fetch_offset:
+            records = [r for r in records if r.offset >= fetch_offset]
+        batches.append(records)
     return PartitionRecords(tp, fetch_offset, batches, next_offset, end)
