@@ -156,8 +156,8 @@ bench: install
 	$(BIN)/python bench/spark.py
 	$(BIN)/python bench/cluster.py
 
-# Every bench at a small size (bench/quick.py), each table printed, one pair of Kafka
-# peers shared by all: a change's effect in about two minutes, before it lands.
+# Every bench at a small size (bench/quick.py), each table printed, one Kafka peer
+# (flush=1) shared by all: a change's effect in under two minutes, before it lands.
 bench-quick: install
 	$(BIN)/python bench/quick.py $(ARGS)
 
