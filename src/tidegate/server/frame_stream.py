@@ -9,16 +9,12 @@ were the largest single cost of the broker's CPU after the fsyncs.
 
 `FrameProtocol` is an `asyncio.BufferedProtocol` instead: the transport (uvloop's TCP,
 and its SSL transport, which decrypts straight into the buffer it is given) reads into
-memory this class hands out, and it does the framing itself:
-
-- between frames it hands out a slice of a 64 KiB scratch buffer; a frame that lies
-  whole in it is copied out once (small requests). The scratch is dropped whenever the
-  connection waits with nothing half-received, so idle connections hold no buffer;
-- a frame of `BIG_FRAME` bytes or more gets a buffer of its own as soon as its size
-  prefix is known (the part already in the scratch is copied into it) and the rest is
-  read straight into that buffer: no copy. It is handed on as a read-only memoryview
-  (kio reads read-only buffers). A declared size above `UPFRONT_MAX` is not allocated
-  on the client's word: such a frame is collected piece by piece and joined once.
+memory handed out by a `protocol.frame_buffer.FrameAssembler`, which does the framing
+(small frames copied out of a 64 KiB scratch once, frames of 16 KiB or more read in
+place into buffers of their own, sizes above `UPFRONT_MAX` collected as they arrive;
+the client's `client/stream.py` uses the same assembler). The scratch is dropped
+whenever the connection waits with nothing half-received, so idle connections hold no
+buffer.
 
 A size prefix that is negative or above `max_frame_bytes` (socket.request.max.bytes)
 is a `FrameTooLargeError`, raised by `take` after the frames before it, as
@@ -33,22 +29,15 @@ following the transport's pause/resume_writing.
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
+from tidegate.protocol.frame_buffer import BIG_FRAME, SCRATCH, Frame, FrameAssembler
 from tidegate.protocol.framing import FrameTooLargeError
 
 __all__ = ["BIG_FRAME", "SCRATCH", "UPFRONT_MAX", "Frame", "FrameProtocol"]
 
-Frame = bytes | memoryview
-
-SCRATCH = 64 * 1024  # between frames, reads land here (the part of a big frame that
-# lands in it is copied once)
-BIG_FRAME = 16 * 1024  # frames this large get their own buffer, read in place
 UPFRONT_MAX = 16 * 1024 * 1024  # larger declared sizes are collected as they arrive
-
-_SIZE = struct.Struct(">i")
 
 
 class FrameProtocol(asyncio.BufferedProtocol):
@@ -69,13 +58,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._loop = loop
         self._max_frame = max_frame_bytes
         self._max_buffered = max_buffered
-        self._view: memoryview | None = None  # the scratch, allocated when needed
-        self._lo = 0  # unparsed bytes of the scratch: [_lo, _hi)
-        self._hi = 0
-        self._big: bytearray | None = None  # a big frame being read in place
-        self._big_got = 0
-        self._parts: list[bytes] = []  # a frame over UPFRONT_MAX, as it arrives
-        self._parts_need = 0
+        self._buf = FrameAssembler(max_frame_bytes, UPFRONT_MAX, self._push, self._bad_size)
         self._frames: list[Frame] = []
         self._queued = 0
         self._frame_error: FrameTooLargeError | None = None
@@ -118,75 +101,18 @@ class FrameProtocol(asyncio.BufferedProtocol):
             waiter.set_result(None)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._big is not None:
-            return memoryview(self._big)[self._big_got :]
-        view = self._view
-        if view is None:
-            view = self._view = memoryview(bytearray(SCRATCH))
-        if self._frame_error is not None:  # the stream is unusable: discard what comes
-            self._lo = self._hi = 0
-        elif SCRATCH - self._hi < BIG_FRAME:  # move the unparsed tail to the front
-            # (a partial frame under BIG_FRAME, or a partial size prefix)
-            rest = bytes(view[self._lo : self._hi])
-            view[: len(rest)] = rest
-            self._lo, self._hi = 0, len(rest)
-        return view[self._hi :]
+        return self._buf.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        big = self._big
-        if big is not None:
-            self._big_got += nbytes
-            if self._big_got == len(big):
-                self._big = None
-                self._push(memoryview(big).toreadonly())
-            return
-        if self._frame_error is not None:
-            return
-        self._hi += nbytes
-        self._parse()
+        self._buf.buffer_updated(nbytes)
 
     # -- framing -----------------------------------------------------------------------------
 
-    def _parse(self) -> None:
-        view, lo, hi = self._view, self._lo, self._hi
-        assert view is not None  # bytes arrived in it
-        if self._parts_need:  # a frame over UPFRONT_MAX: keep collecting it
-            take = min(self._parts_need, hi - lo)
-            self._parts.append(bytes(view[lo : lo + take]))
-            self._parts_need -= take
-            lo += take
-            if not self._parts_need:
-                self._push(b"".join(self._parts))
-                self._parts.clear()
-        while not self._parts_need and hi - lo >= 4:
-            (size,) = _SIZE.unpack_from(view, lo)
-            if size < 0 or size > self._max_frame:
-                self._frame_error = FrameTooLargeError(
-                    f"frame size {size} is outside 0..{self._max_frame} "
-                    "(socket.request.max.bytes)"
-                )
-                lo = hi = 0
-                self._wake()
-                break
-            end = lo + 4 + size
-            if end <= hi:  # whole in the scratch: one copy
-                self._push(bytes(view[lo + 4 : end]))
-                lo = end
-                continue
-            have = hi - lo - 4
-            if size > UPFRONT_MAX:  # not allocated on the client's word
-                self._parts.append(bytes(view[lo + 4 : hi]))
-                self._parts_need = size - have
-                lo = hi = 0
-            elif size >= BIG_FRAME:  # the rest is read straight into its own buffer
-                big = bytearray(size)
-                big[:have] = view[lo + 4 : hi]
-                self._big, self._big_got = big, have
-                lo = hi = 0
-            break
-        if lo == hi:
-            lo = hi = 0
-        self._lo, self._hi = lo, hi
+    def _bad_size(self, size: int) -> None:
+        self._frame_error = FrameTooLargeError(
+            f"frame size {size} is outside 0..{self._max_frame} (socket.request.max.bytes)"
+        )
+        self._wake()
 
     def _push(self, frame: Frame) -> None:
         self._frames.append(frame)
@@ -213,9 +139,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         """Until `ready()`."""
         if self.ready():
             return
-        if self._lo == self._hi:  # nothing half-received: an idle connection keeps no buffer
-            self._view = None
-            self._lo = self._hi = 0
+        self._buf.release_if_idle()  # an idle connection keeps no buffer
         waiter = self._waiter = self._loop.create_future()
         try:
             await waiter

@@ -1,0 +1,146 @@
+"""Kafka's size-prefixed frames assembled in buffers handed to the transport (sans-IO).
+
+This is the buffer half of an `asyncio.BufferedProtocol` that reads Kafka frames in
+place: the broker's request side (`server/frame_stream.py`) and the client's response
+side (`client/stream.py`) both delegate `get_buffer` / `buffer_updated` to a
+`FrameAssembler`, which owns no socket and no event loop:
+
+- between frames it hands out a slice of a 64 KiB scratch buffer; a frame that lies whole
+  in it is copied out once as `bytes` (small frames);
+- a frame of `BIG_FRAME` bytes or more gets a buffer of its own as soon as its size prefix
+  is known (the part already in the scratch is copied into it) and the rest is read
+  straight into it: no copy. It is handed on as a read-only memoryview;
+- a declared size above `upfront_max` is not allocated on the peer's word: such a frame is
+  collected piece by piece and joined once, as `protocol.framing.FrameDecoder` does;
+- a size prefix that is negative or above `max_frame` calls `on_bad_size(size)` once; from
+  then on everything received is discarded (the stream can no longer be trusted; the
+  owner closes it after the frames before).
+
+`release_if_idle()` drops the scratch when nothing is half-received in it, so an idle
+connection holds no buffer. Single-threaded, like the protocol that owns it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+__all__ = ["BIG_FRAME", "SCRATCH", "Frame", "FrameAssembler"]
+
+Frame = bytes | memoryview
+
+SCRATCH = 64 * 1024  # between frames, reads land here (the part of a big frame that
+# lands in it is copied once)
+BIG_FRAME = 16 * 1024  # frames this large get their own buffer, read in place
+
+_SIZE = struct.Struct(">i")
+
+
+class FrameAssembler:
+    """See the module docstring. `on_frame(frame)` receives each complete frame (its
+    payload, without the size prefix) in order."""
+
+    __slots__ = (
+        "_big",
+        "_big_got",
+        "_hi",
+        "_lo",
+        "_max_frame",
+        "_on_bad_size",
+        "_on_frame",
+        "_parts",
+        "_parts_need",
+        "_upfront_max",
+        "_view",
+        "failed",
+    )
+
+    def __init__(self, max_frame: int, upfront_max: int, on_frame: Callable[[Frame], None],
+                 on_bad_size: Callable[[int], None]) -> None:
+        self._max_frame = max_frame
+        self._upfront_max = upfront_max
+        self._on_frame = on_frame
+        self._on_bad_size = on_bad_size
+        self._view: memoryview | None = None  # the scratch, allocated when needed
+        self._lo = 0  # unparsed bytes of the scratch: [_lo, _hi)
+        self._hi = 0
+        self._big: bytearray | None = None  # a big frame being read in place
+        self._big_got = 0
+        self._parts: list[bytes] = []  # a frame over upfront_max, as it arrives
+        self._parts_need = 0
+        self.failed = False  # a bad size prefix was seen: input is discarded
+
+    def get_buffer(self) -> memoryview:
+        """Where the transport should read next (BufferedProtocol.get_buffer)."""
+        if self._big is not None:
+            return memoryview(self._big)[self._big_got :]
+        view = self._view
+        if view is None:
+            view = self._view = memoryview(bytearray(SCRATCH))
+        if self.failed:  # the stream is unusable: discard what comes
+            self._lo = self._hi = 0
+        elif SCRATCH - self._hi < BIG_FRAME:  # move the unparsed tail to the front
+            # (a partial frame under BIG_FRAME, or a partial size prefix)
+            rest = bytes(view[self._lo : self._hi])
+            view[: len(rest)] = rest
+            self._lo, self._hi = 0, len(rest)
+        return view[self._hi :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """`nbytes` were read into the last buffer handed out."""
+        big = self._big
+        if big is not None:
+            self._big_got += nbytes
+            if self._big_got == len(big):
+                self._big = None
+                self._on_frame(memoryview(big).toreadonly())
+            return
+        if self.failed:
+            return
+        self._hi += nbytes
+        self._parse()
+
+    def release_if_idle(self) -> None:
+        """Drop the scratch if nothing is half-received in it."""
+        if self._lo == self._hi:
+            self._view = None
+            self._lo = self._hi = 0
+
+    def _parse(self) -> None:
+        view, lo, hi = self._view, self._lo, self._hi
+        assert view is not None  # bytes arrived in it
+        if self._parts_need:  # a frame over upfront_max: keep collecting it
+            take = min(self._parts_need, hi - lo)
+            self._parts.append(bytes(view[lo : lo + take]))
+            self._parts_need -= take
+            lo += take
+            if not self._parts_need:
+                frame = b"".join(self._parts)
+                self._parts.clear()
+                self._on_frame(frame)
+        while not self._parts_need and hi - lo >= 4:
+            (size,) = _SIZE.unpack_from(view, lo)
+            if size < 0 or size > self._max_frame:
+                self.failed = True
+                lo = hi = 0
+                self._on_bad_size(size)
+                break
+            end = lo + 4 + size
+            if end <= hi:  # whole in the scratch: one copy
+                self._on_frame(bytes(view[lo + 4 : end]))
+                lo = end
+                continue
+            have = hi - lo - 4
+            if size > self._upfront_max:  # not allocated on the peer's word
+                self._parts.append(bytes(view[lo + 4 : hi]))
+                self._parts_need = size - have
+                lo = hi = 0
+            elif size >= BIG_FRAME:  # the rest is read straight into its own buffer
+                big = bytearray(size)
+                big[:have] = view[lo + 4 : hi]
+                self._big, self._big_got = big, have
+                lo = hi = 0
+            break
+        if lo == hi:
+            lo = hi = 0
+        self._lo, self._hi = lo, hi
