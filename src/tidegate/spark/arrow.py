@@ -8,8 +8,14 @@ is built once per poll from the records, in C loops where pyarrow has them:
 - ``key`` / ``value``: one ``pa.array`` over the records' bytes (None -> null), which
   copies every value into one data buffer with an offsets buffer, no per-value converter;
 - ``topic`` / ``partition``: constant within a range, so `pa.repeat`;
+- ``offset``: offsets ascend strictly within a poll, so when the last minus the first is
+  ``n - 1`` they are exactly ``first .. last`` (no marker or compacted gap): a numpy
+  ``arange`` instead of reading and converting each record's offset;
 - ``timestamp``: Kafka milliseconds as int64, times 1,000 (Spark wants microseconds,
   UTC), cast without an intermediate datetime;
+- ``timestampType``: one list of the records' types; when they are all the first one's
+  (the usual case: a topic has one timestamp type) `pa.repeat`, which skips converting
+  each Python int;
 - ``headers`` (only with includeHeaders): the headers of all records flattened into one
   struct array of (key, value) and cut per record by an offsets array.
 
@@ -24,6 +30,7 @@ from collections.abc import Sequence
 from functools import cache
 from itertools import accumulate
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -61,6 +68,22 @@ def _headers(records: Sequence[ConsumerRecord], list_type: pa.DataType) -> pa.Ar
     return pa.ListArray.from_arrays(offsets, items, type=list_type)
 
 
+def _offsets(records: Sequence[ConsumerRecord]) -> pa.Array:
+    n = len(records)
+    if n:
+        first = records[0].offset
+        if records[-1].offset - first == n - 1:  # strictly ascending, so contiguous
+            return pa.array(np.arange(first, first + n, dtype=np.int64))
+    return pa.array([r.offset for r in records], pa.int64())
+
+
+def _timestamp_types(records: Sequence[ConsumerRecord]) -> pa.Array:
+    types = [r.timestamp_type for r in records]
+    if types and types.count(types[0]) == len(types):
+        return pa.repeat(pa.scalar(types[0], pa.int32()), len(types))
+    return pa.array(types, pa.int32())
+
+
 def records_to_batch(topic: str, partition: int, records: Sequence[ConsumerRecord],
                      include_headers: bool) -> pa.RecordBatch:
     """One batch of `records` (all of `topic`-`partition`), in the read schema."""
@@ -72,9 +95,9 @@ def records_to_batch(topic: str, partition: int, records: Sequence[ConsumerRecor
         pa.array([r.value for r in records], pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array([r.offset for r in records], pa.int64()),
+        _offsets(records),
         pc.multiply(millis, _US_PER_MS).cast(schema.field("timestamp").type),
-        pa.array([r.timestamp_type for r in records], pa.int32()),
+        _timestamp_types(records),
     ]
     if include_headers:
         columns.append(_headers(records, schema.field("headers").type))

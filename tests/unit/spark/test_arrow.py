@@ -25,14 +25,19 @@ RECORDS = [
     ConsumerRecord("t", 3, 14, -1, 1, b"", b"", (("a", b"1"), ("b", None), ("a", b""))),
     ConsumerRecord("t", 3, 20, 0, 1, b"\x00\xff", b"x" * 5000, (("h", b"x"),)),
 ]
+# No offset gap and one timestamp type: the offset and timestampType columns take their
+# shortcuts (an arange, a repeat); RECORDS above (gaps, both types) takes the general way.
+CONTIGUOUS = [ConsumerRecord("t", 3, 7 + i, 1_700_000_000_000 + i, 1, b"k%d" % i,
+                             None if i == 2 else b"v", ()) for i in range(5)]
 
 
-def _via_rows(include_headers: bool) -> pa.RecordBatch:
+def _via_rows(include_headers: bool, records: list[ConsumerRecord] = RECORDS
+              ) -> pa.RecordBatch:
     schema = read_schema(include_headers)
     convert = [LocalDataToArrowConversion._create_converter(f.dataType)  # what Spark runs
                for f in schema.fields]
     rows = []
-    for r in RECORDS:  # as ranges.read_range yields them with arrowBatches=false
+    for r in records:  # as ranges.read_range yields them with arrowBatches=false
         row = (r.key, r.value, r.topic, r.partition, r.offset, _timestamp(r.timestamp),
                r.timestamp_type)
         rows.append((*row, list(r.headers)) if include_headers else row)
@@ -47,6 +52,13 @@ def test_the_arrow_batch_equals_what_spark_builds_from_the_rows(include_headers:
     assert got.schema.equals(want.schema)
     assert got.to_pylist() == want.to_pylist()
     assert got.equals(want)
+
+
+def test_contiguous_offsets_and_one_timestamp_type_take_the_same_values() -> None:
+    got = records_to_batch("t", 3, CONTIGUOUS, False)
+    assert got.column("offset").to_pylist() == [7, 8, 9, 10, 11]
+    assert got.column("timestampType").to_pylist() == [1] * 5
+    assert got.equals(_via_rows(False, CONTIGUOUS))
 
 
 def test_headers_keep_order_duplicates_and_null_values() -> None:
