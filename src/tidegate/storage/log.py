@@ -218,7 +218,8 @@ class Log(TransactionalLog, ReplicaLog):
         )
         self._epochs_version, self._epochs_written = int(changed), 0
         self._epochs_io = threading.Lock()
-        self._persist_epochs(quiet=True)
+        # sync=False (a broker start): unsynced, made durable by the caller's syncfs
+        self._persist_epochs(quiet=True, sync=sync)
 
     @classmethod
     def open(

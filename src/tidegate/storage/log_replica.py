@@ -166,24 +166,27 @@ class ReplicaLog:
             return None
         return self._epochs.entries, self._epochs_version
 
-    def _write_epochs(self, entries: tuple[EpochEntry, ...], version: int) -> None:
+    def _write_epochs(
+        self, entries: tuple[EpochEntry, ...], version: int, *, sync: bool = True
+    ) -> None:
         """Write a captured state of the cache unless a newer one is on disk already;
-        OSError on failure (the version stays unwritten: the next flush retries)."""
+        OSError on failure (the version stays unwritten: the next flush retries).
+        `sync=False`: see `write_leader_epoch_checkpoint`."""
         path = self._epochs.path
         with self._epochs_io:
             if version <= self._epochs_written or path is None:
                 return
-            write_leader_epoch_checkpoint(path, entries)
+            write_leader_epoch_checkpoint(path, entries, sync=sync)
             self._epochs_written = version
 
-    def _persist_epochs(self, *, quiet: bool = False) -> None:
+    def _persist_epochs(self, *, quiet: bool = False, sync: bool = True) -> None:
         """Under the lock: write the checkpoint if the cache changed since it was last
         written; OSError on failure unless `quiet` (logged; left to the next flush)."""
         todo = self._epochs_to_write()
         if todo is None:
             return
         try:
-            self._write_epochs(*todo)
+            self._write_epochs(*todo, sync=sync)
         except OSError as exc:
             if not quiet:
                 raise

@@ -140,3 +140,38 @@ def test_partitions_load_on_recovery_threads(tmp_path: Path,
         ("t", p, p) for p in range(20)
     ]
     m2.close()
+
+
+def test_first_open_and_evicted_close_run_outside_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start opens ~4 files per partition on several threads: an open(2) or close(2)
+    under the cache's one lock made them all wait in line."""
+    cache = FileCache(max_open=16)
+    held: list[str] = []
+    real_open, real_close = os.open, os.close
+
+    def checking_open(path: object, flags: int, mode: int = 0o777) -> int:
+        if cache._lock.locked():
+            held.append(f"open {path}")
+        return real_open(path, flags, mode)  # type: ignore[arg-type]
+
+    def checking_close(fd: int) -> None:
+        if cache._lock.locked():
+            held.append(f"close {fd}")
+        real_close(fd)
+
+    monkeypatch.setattr(os, "open", checking_open)
+    monkeypatch.setattr(os, "close", checking_close)
+    files = [cache.open(tmp_path / f"f{i}", os.O_RDWR | os.O_CREAT) for i in range(40)]
+    assert held == []
+    assert cache.open_count == 16
+    assert not files[0].is_open and files[-1].is_open
+    for f in files:  # every one still usable (reopened) and writable
+        with f as fd:
+            os.pwrite(fd, b"x", 0)
+    monkeypatch.setattr(os, "open", real_open)
+    monkeypatch.setattr(os, "close", real_close)
+    for f in files:
+        f.close()
+    assert cache.open_count == 0

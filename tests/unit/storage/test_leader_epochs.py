@@ -365,10 +365,10 @@ def test_a_failed_write_is_retried_by_flush(
     real = leader_epochs.write_leader_epoch_checkpoint
     failing = [True]
 
-    def write(path: Path, entries: object) -> None:
+    def write(path: Path, entries: object, *, sync: bool = True) -> None:
         if failing[0]:
             raise full
-        real(path, entries)  # type: ignore[arg-type]
+        real(path, entries, sync=sync)  # type: ignore[arg-type]
 
     monkeypatch.setattr(log_replica, "write_leader_epoch_checkpoint", write)
     lg = _log_at(tmp_path)

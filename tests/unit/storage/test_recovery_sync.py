@@ -138,3 +138,71 @@ def test_producer_snapshot_at_open_only_after_a_long_replay(
     assert lg is not None and lg.log_end_offset == 3
     assert snapshot_path(lg.directory, 3).exists() == (threshold == 1)
     m.close()
+
+
+def test_clean_start_writes_leader_epoch_checkpoints_unsynced_then_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client's batches carry leader epoch 0 (librdkafka's), which the single-node
+    broker never tracks: the first start after they were written rebuilds every
+    partition's leader-epoch-checkpoint. It must not be an fsynced write per partition
+    (80 % of a clean start at 10,000 partitions), yet be on disk, and synced by the
+    load's syncfs."""
+    from tidegate.records.builder import build_batch
+    from tidegate.storage.leader_epochs import CHECKPOINT_FILE, read_leader_epoch_checkpoint
+
+    m = LogManager(tmp_path, DEFAULTS, ManualClock(BASE_TS))
+    m.load()
+    m.create_topic("t", PARTITIONS, {})
+    for p in range(PARTITIONS):
+        lg = m.get_log("t", p)
+        assert lg is not None
+        lg.append(build_batch([(BASE_TS, b"k", b"v")] * 2, partition_leader_epoch=0))
+    m.close()
+    for p in range(PARTITIONS):
+        (tmp_path / f"t-{p}" / CHECKPOINT_FILE).unlink(missing_ok=True)
+    calls: list[str] = []
+    order: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync")
+        real_fsync(fd)
+
+    def sync_filesystem(d: Path) -> None:
+        order.append(f"sync {len(calls)}")
+        files.sync_filesystem(d)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(log_manager, "sync_filesystem", sync_filesystem)
+    m = LogManager(tmp_path, DEFAULTS, ManualClock(BASE_TS), recovery_threads=4)
+    m.load()
+    for p in range(PARTITIONS):
+        entries = read_leader_epoch_checkpoint(tmp_path / f"t-{p}" / CHECKPOINT_FILE)
+        assert [(e.epoch, e.start_offset) for e in entries] == [(0, 0)]
+    assert len(calls) <= 2, calls  # the recovery-point checkpoint only
+    assert order == ["sync 0"]  # nothing fsynced before the one syncfs
+    m.close()
+
+
+def test_empty_leader_epoch_checkpoint_is_rebuilt_from_the_log(tmp_path: Path) -> None:
+    """An unsynced checkpoint write cut short by a crash may leave an empty file: it must
+    be rebuilt from the batches, never read as "no epochs"."""
+    from tidegate.records.builder import build_batch
+    from tidegate.storage.leader_epochs import CHECKPOINT_FILE, read_leader_epoch_checkpoint
+
+    m = LogManager(tmp_path, DEFAULTS, ManualClock(BASE_TS))
+    m.load()
+    m.create_topic("t", 1, {})
+    lg = m.get_log("t", 0)
+    assert lg is not None
+    lg.append(build_batch([(BASE_TS, b"k", b"v")], partition_leader_epoch=3))
+    m.close()
+    path = tmp_path / "t-0" / CHECKPOINT_FILE
+    path.write_bytes(b"")
+    m = LogManager(tmp_path, DEFAULTS, ManualClock(BASE_TS))
+    m.load()
+    lg = m.get_log("t", 0)
+    assert lg is not None and lg.latest_epoch == 3
+    assert [(e.epoch, e.start_offset) for e in read_leader_epoch_checkpoint(path)] == [(3, 0)]
+    m.close()
