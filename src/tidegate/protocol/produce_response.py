@@ -109,6 +109,14 @@ class ProduceResponse(HandWrittenMessage):
     __type__ = EntityType.response
     __api_key__ = i16(API_KEY)
 
+    def error_counts(self, counts: dict[int, int]) -> None:
+        """Add each partition's error code to `counts` (Kafka's errorCounts: NONE
+        included), as the request metrics count kio responses' error_code fields."""
+        for topic in self.responses:
+            for p in topic.partition_responses:
+                code = int(p.error_code)
+                counts[code] = counts.get(code, 0) + 1
+
     def encode_body(self) -> bytes:
         version = int(self.__version__)
         flexible = self.__flexible__

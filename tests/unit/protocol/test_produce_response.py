@@ -85,3 +85,18 @@ def test_common_case_bytes() -> None:
         "00000002" "0000" "0000000000000007" "ffffffffffffffff" "0000000000000000"
         "01" "00" "00"  # no record errors, null message, no tags
         "00" "00000000" "00")  # topic tags, throttle, tags
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=responses)
+def test_request_metrics_count_the_same_errors_as_for_kio(data: dict[str, Any]) -> None:
+    """The broker's request metrics (Kafka's errorCounts, NONE included) see the
+    hand-written response's error codes as they see kio's."""
+    from tidegate.server.metrics.requests import count_errors
+
+    for v in (pr.MIN_VERSION, 9, pr.MAX_VERSION):
+        hand: dict[int, int] = {}
+        kio: dict[int, int] = {}
+        count_errors(_hand(v, data), hand)
+        count_errors(_kio(v, data), kio)
+        assert hand == kio, f"v{v}"

@@ -263,6 +263,10 @@ def _entity_of(hint: Any) -> type | None:
 
 
 def count_errors(entity: Any, counts: dict[int, int]) -> None:
+    own = getattr(entity, "error_counts", None)
+    if own is not None:  # a hand-written response (protocol/produce_response.py)
+        own(counts)
+        return
     errors, nested = _plan(type(entity))
     for name in errors:
         code = int(getattr(entity, name))
