@@ -121,8 +121,12 @@ def test_one_controller_is_elected_and_another_takes_over_when_it_dies(
             assert json.loads(data)["version"] == 2
             epoch = await controller_epoch(first.zk)
             assert first.controller.epoch == epoch >= 1
-            # the others know who it is
-            assert {m.controller.controller_id for m in members} == {first.broker_id}
+            # the others learn who it is (each through its own watch on /controller,
+            # which may fire after the winner is already active)
+            async def all_know() -> bool:
+                return {m.controller.controller_id for m in members} == {first.broker_id}
+
+            await eventually(all_know)
 
             await first.crash()
             rest = [m for m in members if m is not first]
