@@ -48,6 +48,8 @@ from selenium.common.exceptions import (  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 TOPIC, GROUP, OPEN_TID = "orders", "billing", "stuck-pipeline"
 EXTRA = "clicks"  # created and deleted from the pages
@@ -193,6 +195,17 @@ def _wait(cond: Callable[[], bool], timeout: float = 15.0, what: str = "") -> No
         time.sleep(0.1)
 
 
+def _submit(driver: Any, css: str) -> None:
+    """Click a form's button and wait until the browser has left the page it was on.
+
+    A click returns before the navigation it starts: reading the page straight after it
+    can read the old page (its `main` is still there), so wait for the old root to go stale.
+    """
+    old = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.CSS_SELECTOR, css).click()
+    WebDriverWait(driver, 15).until(staleness_of(old))
+
+
 def _text(driver: Any, css: str) -> str:
     """The element's text; the live refresh may swap it out under us: try again."""
     for _ in range(20):
@@ -255,7 +268,7 @@ def test_console_pages_and_unpinning_a_transaction(setup: dict[str, Any], browse
     d.find_element(By.NAME, "name").send_keys(EXTRA)
     d.find_element(By.NAME, "partitions").clear()
     d.find_element(By.NAME, "partitions").send_keys("2")
-    d.find_element(By.CSS_SELECTOR, "#create-topic button").click()
+    _submit(d, "#create-topic button")
     assert f"Created topic {EXTRA}" in _text(d, "#flash")
     assert len(d.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 2
 
@@ -310,9 +323,9 @@ def test_console_pages_and_unpinning_a_transaction(setup: dict[str, Any], browse
     pinned = _text(d, "#pinned")
     assert f"{TOPIC}-0" in pinned and OPEN_TID in pinned
     _shot(d, setup, "transactions")
-    d.find_element(By.CSS_SELECTOR, "#pinned form button").click()
+    _submit(d, "#pinned form button")
     _shot(d, setup, "abort-confirm")
-    d.find_element(By.CSS_SELECTOR, "form.danger button").click()  # "Yes, abort it"
+    _submit(d, "form.danger button")  # "Yes, abort it"
     assert "last stable offset is now" in _text(d, "#flash")
     lso_after, hw_after = _offsets(bootstrap)
     assert lso_after == hw_after == hw + 1  # the ABORT marker; nothing pinned any more
@@ -327,8 +340,8 @@ def test_console_pages_and_unpinning_a_transaction(setup: dict[str, Any], browse
 
     # delete the topic made above, after the confirmation step
     d.get(base + "/topics/" + EXTRA)
-    d.find_element(By.CSS_SELECTOR, "form.danger button").click()
+    _submit(d, "form.danger button")
     assert "cannot be undone" in _text(d, "main")
-    d.find_element(By.CSS_SELECTOR, "form.danger button").click()  # "Yes, delete"
+    _submit(d, "form.danger button")  # "Yes, delete"
     assert f"Deleted topic {EXTRA}" in _text(d, "#flash")
     assert EXTRA not in _text(d, "#topics") and TOPIC in _text(d, "#topics")
