@@ -212,16 +212,8 @@ class RebalanceSteps:
                 await self._release(set(self.assignment.partitions), "on_partitions_lost")
         revoked, added = diff(self.assignment.partitions, new)
         if revoked:
-            if self.config.enable_auto_commit:
-                await self.commits.commit_quietly(self.commits.consumed(revoked),
-                                                  "before revoking")
-            await self._release(revoked, "on_partitions_revoked")
-        self._apply(sorted(new))
-        for tp in added:
-            st = self.assignment.partitions[tp]
-            if st.position is None:
-                st.blocked = True  # until its committed offset is known
-                self._awaiting.add(tp)
+            await self._revoke(revoked)
+        self._take(new, added)
         log.info("group %s: generation %d (%s, %s): assigned %s%s", self.group_id,
                  outcome.generation.generation_id, outcome.generation.protocol,
                  "leader" if outcome.leader else "follower", _names(new),
@@ -248,17 +240,22 @@ class RebalanceSteps:
         await self._release(partitions, "on_partitions_lost")
 
     async def _assign(self, new: set[TopicPartition], added: set[TopicPartition]) -> None:
-        self._apply(sorted(new))
-        for tp in added:
-            st = self.assignment.partitions[tp]
-            if st.position is None:
-                st.blocked = True  # until its committed offset is known
-                self._awaiting.add(tp)
+        self._take(new, added)
         log.info("group %s: epoch %d: assigned %s", self.group_id,
                  self.membership.generation.generation_id, _names(new))
         self._note(await invoke(self.listener, "on_partitions_assigned", added))
         self.commits.next_auto_commit = (
             time.monotonic() + self.config.auto_commit_interval_ms / 1000)
+
+    def _take(self, new: set[TopicPartition], added: set[TopicPartition]) -> None:
+        """Make `new` the assignment; an added partition without a position waits for its
+        committed offset before it is fetched."""
+        self._apply(sorted(new))
+        for tp in added:
+            st = self.assignment.partitions[tp]
+            if st.position is None:
+                st.blocked = True
+                self._awaiting.add(tp)
 
     def _note(self, error: BaseException | None) -> None:
         if error is not None and self._callback_error is None:
