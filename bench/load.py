@@ -10,8 +10,8 @@ no idempotence):
   ~2.2 us when it produced record by record), compiled here on first use with the
   system's librdkafka (Debian's librdkafka-dev; `make deps-system` installs it) into
   build/bench/ (gitignored);
-- ``java``: Kafka's own `org.apache.kafka.tools.ProducerPerformance`, when the kafka-tools
-  jar is in Kafka's lib folder (`make deps-kafka`) or in the local Maven repository; its
+- ``java``: Kafka's own `org.apache.kafka.tools.ProducerPerformance`, from the kafka-tools
+  jar that `make deps-kafka` copies into Kafka's lib folder; its
   CPU includes the JVM's start and JIT compilation (~18 us per record over 200,000);
 - ``python``: confluent-kafka in this process (~3.3 us per record).
 
@@ -76,11 +76,7 @@ def _java_classpath() -> str | None:
     if shutil.which("java") is None or not jars:
         return None
     if not any(j.name.startswith("kafka-tools-4") for j in jars):
-        m2 = Path.home() / ".m2" / "repository" / "org" / "apache" / "kafka" / "kafka-tools"
-        extra = sorted(m2.glob("4.*/kafka-tools-4.*.jar"))
-        if not extra:
-            return None
-        jars.append(extra[-1])
+        return None  # a lib/ copied before the pom listed kafka-tools: `make deps-kafka`
     return ":".join(str(j) for j in jars)
 
 
