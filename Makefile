@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml setup.py src/tidegate/records/_speedups.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py src/tidegate/records/_speedups.c src/tidegate/records/_columnar.c | $(BIN)/python
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
@@ -93,7 +93,7 @@ deps-java: $(JAVA_JAR)
 
 # Serving needs only the package (and its C speedups), not the test and lint tools.
 RUN_STAMP := $(VENV)/.installed-run
-$(RUN_STAMP): pyproject.toml setup.py src/tidegate/records/_speedups.c | $(BIN)/python
+$(RUN_STAMP): pyproject.toml setup.py src/tidegate/records/_speedups.c src/tidegate/records/_columnar.c | $(BIN)/python
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e .
 	touch $(RUN_STAMP)

@@ -13,6 +13,12 @@ setup(
             ["src/tidegate/records/_speedups.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "tidegate.records._columnar",
+            ["src/tidegate/records/_columnar.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

@@ -21,10 +21,11 @@ confluent-kafka.
    default options: one task per partition), every value touched (``sum(length(value))``),
    timed around the action, with the tasks' Arrow batches (the default), with
    ``maxPartitions=2`` (the 4 partitions packed into 2 tasks, one per core: `--pack N`
-   changes it) and with ``arrowBatches=false`` (rows, as before the Arrow path); beside
+   changes it), with ``columnarDecode=false`` (Arrow batches built from record objects,
+   as before the columnar decode) and with ``arrowBatches=false`` (rows); beside
    one Tidegate blocking `Consumer` (read_committed, manual assignment, max.poll.records
    10,000, the source's task settings) reading the same records. One untimed Spark read
-   first, then rounds alternate the order of the four. Aim: format(tidegate) >= 0.8 x
+   first, then rounds alternate the order of the five. Aim: format(tidegate) >= 0.8 x
    Consumer (median). Spark adds per-job planning and per-task scheduling, a Python
    worker and a consumer connection per task; two tasks run at once on two cores.
 
@@ -52,6 +53,8 @@ AIM = 0.9  # exactly-once sink vs at-least-once
 READ_AIM = 0.8  # format(tidegate) batch read vs one Consumer
 ROWS = "  rows (arrowBatches=false)"  # the row path, as before the Arrow batches
 PACKED = "  packed (maxPartitions={})"  # several partitions per task
+# Arrow batches built from record objects (columnarDecode=false), as before the columns
+OBJECTS = "  objects (columnarDecode=false)"
 SINK_ROWS = "  {}, rows"  # the sinks fed rows (arrowBatches=false)
 PARTITIONS = 4
 TIMEOUT_S = 600.0
@@ -116,9 +119,10 @@ def count_output(spark, bootstrap: str, topic: str) -> int:  # type: ignore[no-u
 
 
 def spark_read(spark, bootstrap: str, topic: str, rows: int,  # type: ignore[no-untyped-def]
-               arrow: bool = True, pack: int | None = None) -> float:
+               arrow: bool = True, pack: int | None = None, columns: bool = True) -> float:
     reader = (spark.read.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", topic).option("arrowBatches", str(arrow).lower()))
+              .option("subscribe", topic).option("arrowBatches", str(arrow).lower())
+              .option("columnarDecode", str(columns).lower()))
     if pack is not None:
         reader = reader.option("maxPartitions", str(pack))
     df = reader.load()
@@ -203,8 +207,8 @@ def run(args: argparse.Namespace) -> None:
                         out = f"bench-out-{rnd}-{modes.index(mode)}"
                         counts.append(count_output(spark, broker.bootstrap, out))
             packed = PACKED.format(args.pack)
-            reads: dict[str, list[float]] = {"format(tidegate)": [], packed: [], ROWS: [],
-                                             "tidegate Consumer": []}
+            reads: dict[str, list[float]] = {"format(tidegate)": [], OBJECTS: [], packed: [],
+                                             ROWS: [], "tidegate Consumer": []}
             t_warm = time.perf_counter()
             spark_read(spark, broker.bootstrap, src, args.rows)  # untimed warm-up
             warm_s["untimed warm-up read"] = time.perf_counter() - t_warm
@@ -216,7 +220,8 @@ def run(args: argparse.Namespace) -> None:
                     else:
                         rate = spark_read(spark, broker.bootstrap, src, args.rows,
                                           arrow=name != ROWS,
-                                          pack=args.pack if name == packed else None)
+                                          pack=args.pack if name == packed else None,
+                                          columns=name != OBJECTS)
                     reads[name].append(rate)
         finally:
             spark.stop()

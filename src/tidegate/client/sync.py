@@ -20,6 +20,7 @@ from types import TracebackType
 from tidegate.client.admin import AsyncAdmin
 from tidegate.client.config import AdminConfig, ConsumerConfig
 from tidegate.client.consumer.blocking import CallbackPump, poll_timeout_ms
+from tidegate.client.consumer.columns import ColumnSlice
 from tidegate.client.consumer.consumer import AsyncConsumer, PartitionLike, TopicsLike
 from tidegate.client.consumer.group import CommitCallback, ConsumerGroupMetadata
 from tidegate.client.consumer.group_offsets import OffsetAndMetadata
@@ -138,6 +139,19 @@ class Consumer:
                      *, timeout: float | None = None) -> dict[TopicPartition, list[Record]]:
         wait = poll_timeout_ms(timeout_ms, timeout)
         return self._pump.run(self._loop, self._async.poll_batches(wait, max_records))
+
+    def use_columns(self, include_headers: bool = False) -> None:
+        """See `AsyncConsumer.use_columns`."""
+        self._loop.run(self._use_columns(include_headers))
+
+    async def _use_columns(self, include_headers: bool) -> None:
+        self._async.use_columns(include_headers)  # on the loop thread: touches the fetcher
+
+    def poll_columns(self, timeout_ms: int | None = None, max_records: int | None = None,
+                     *, timeout: float | None = None) -> dict[TopicPartition, list[ColumnSlice]]:
+        """See `AsyncConsumer.poll_columns`."""
+        wait = poll_timeout_ms(timeout_ms, timeout)
+        return self._pump.run(self._loop, self._async.poll_columns(wait, max_records))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         while not self._closed:

@@ -19,6 +19,11 @@ is built once per poll from the records, in C loops where pyarrow has them:
 - ``headers`` (only with includeHeaders): the headers of all records flattened into one
   struct array of (key, value) and cut per record by an offsets array.
 
+`columns_to_batch` builds the same batch from a consumer's column buffers
+(`client.consumer.columns`, decoded in C by `records._columnar`): each column wraps the
+buffers as they are (`pa.Array.from_buffers`), so no Python object per record is made
+at all; only the timestamp column is computed (times 1,000).
+
 The schema must be exactly the one Spark derives from `read_schema`
 (`pyspark.sql.pandas.types.to_arrow_schema`, checked on the first batch by Spark):
 `arrow_schema` builds it the same way, so the two cannot drift.
@@ -35,8 +40,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tidegate.client import ConsumerRecord
+from tidegate.client.consumer.columns import BinaryColumn, ColumnSlice
 
-__all__ = ["arrow_schema", "records_to_batch"]
+__all__ = ["arrow_schema", "columns_to_batch", "records_to_batch"]
 
 _US_PER_MS = 1000
 
@@ -102,3 +108,49 @@ def records_to_batch(topic: str, partition: int, records: Sequence[ConsumerRecor
     if include_headers:
         columns.append(_headers(records, schema.field("headers").type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _binary(col: BinaryColumn, n: int) -> pa.Array:
+    validity, nulls, offsets, data = col
+    return pa.Array.from_buffers(
+        pa.binary(), n, [None if validity is None else pa.py_buffer(validity),
+                   pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def _fixed(type_: pa.DataType, n: int, data: bytes) -> pa.Array:
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(data)], null_count=0)
+
+
+def columns_to_batch(topic: str, partition: int, chunk: ColumnSlice,
+                     include_headers: bool) -> pa.RecordBatch:
+    """`records_to_batch` of rows ``[chunk.start, chunk.stop)`` of a consumer's column
+    buffers: the whole decoded fetch is wrapped, then sliced (no copy)."""
+    schema = arrow_schema(include_headers)
+    cols = chunk.columns
+    n = cols.n
+    millis = _fixed(pa.int64(), n, cols.timestamps)
+    columns = [
+        _binary(cols.key, n),
+        _binary(cols.value, n),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        _fixed(pa.int64(), n, cols.offsets),
+        pc.multiply(millis, _US_PER_MS).cast(schema.field("timestamp").type),
+        _fixed(pa.int32(), n, cols.timestamp_types),
+    ]
+    if include_headers:
+        assert cols.headers is not None, "the consumer decoded no headers"
+        list_offsets, count, key_offsets, key_data, values = cols.headers
+        keys = pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(key_offsets),
+                                                           pa.py_buffer(key_data)],
+                                     null_count=0)
+        keys.validate(full=True)  # header keys must be UTF-8 to be Arrow strings
+        list_type = schema.field("headers").type
+        items = pa.StructArray.from_arrays([keys, _binary(values, count)],
+                                           fields=list(list_type.value_type))
+        columns.append(pa.ListArray.from_arrays(
+            _fixed(pa.int32(), n + 1, list_offsets), items, type=list_type))
+    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+    if chunk.start == 0 and chunk.stop == n:
+        return batch
+    return batch.slice(chunk.start, chunk.stop - chunk.start)

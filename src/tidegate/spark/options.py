@@ -205,6 +205,10 @@ class ReadOptions:
     # Tasks yield Arrow record batches (Tidegate's own option ``arrowBatches``, default
     # true); false yields rows, the slower path kept to compare against.
     arrow_batches: bool = True
+    # With arrowBatches, the task's consumer decodes fetches straight into column
+    # buffers (C extension `records._columnar`, when built); false (Tidegate's own
+    # ``columnarDecode``) makes record objects first, as before. Same rows either way.
+    columnar_decode: bool = True
 
     @property
     def consumer_config(self) -> dict[str, object]:
@@ -261,6 +265,7 @@ class ReadOptions:
             include_headers=_bool_opt(opts, "includeheaders", False),
             poll_timeout_ms=_int_opt(opts, "kafkaconsumer.polltimeoutms", 1) or 120_000,
             arrow_batches=_bool_opt(opts, "arrowbatches", True),
+            columnar_decode=_bool_opt(opts, "columnardecode", True),
         )
 
 

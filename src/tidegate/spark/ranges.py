@@ -17,23 +17,30 @@ aborted records), so a read ends when the consumer's *position* reaches `end`, n
 when a record with offset ``end - 1`` arrives. Invariant: the rows are exactly the
 records with ``start <= offset < end`` that the isolation level makes visible, in offset
 order. `poll_range` reads them; `read_range` hands them to Spark as Arrow record batches
-(`arrow.records_to_batch`, one per poll) or, with ``arrowBatches=false``, as rows.
+(`arrow.records_to_batch`, one per poll) or, with ``arrowBatches=false``, as rows. With
+the C extension `records._columnar` (`client.consumer.columns.COLUMNAR`) the Arrow
+batches come from `poll_range_columns` instead: the consumer decodes each fetch into
+column buffers and `arrow.columns_to_batch` wraps them, no Python object per record.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 from pyspark.sql.datasource import InputPartition
 
 from tidegate.client import Consumer, ConsumerRecord, TopicPartition
+from tidegate.client.consumer.columns import COLUMNAR, ColumnSlice
+
+_T = TypeVar("_T")
 
 __all__ = ["DataLossError", "OffsetRange", "RangeGroup", "RangePartition", "pack_ranges",
-           "poll_range", "read_group", "read_range", "split_ranges"]
+           "poll_range", "poll_range_columns", "read_group", "read_range", "split_ranges"]
 
 
 class DataLossError(RuntimeError):
@@ -57,13 +64,14 @@ class RangePartition(InputPartition):
 
     def __init__(self, rng: OffsetRange, consumer_config: dict[str, object],
                  include_headers: bool, fail_on_data_loss: bool, poll_timeout_ms: int,
-                 arrow: bool = True) -> None:
+                 arrow: bool = True, columns: bool = True) -> None:
         self.rng = rng
         self.consumer_config = consumer_config
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
         self.poll_timeout_ms = poll_timeout_ms
         self.arrow = arrow  # yield Arrow record batches (else rows)
+        self.columns = columns  # with arrow: decode into columns when COLUMNAR
 
     def __repr__(self) -> str:
         r = self.rng
@@ -129,6 +137,13 @@ def read_range(part: RangePartition, consumer: Consumer | None = None) -> Iterat
     """What a task yields: Arrow record batches (`arrow.records_to_batch`), or rows
     ``(key, value, topic, partition, offset, timestamp, timestampType[, headers])`` when
     the read asked for ``arrowBatches=false``. Both carry the same records."""
+    if part.arrow and part.columns and COLUMNAR:
+        from tidegate.spark.arrow import columns_to_batch
+
+        r = part.rng
+        for chunk in poll_range_columns(part, consumer):
+            yield columns_to_batch(r.topic, r.partition, chunk, part.include_headers)
+        return
     if part.arrow:
         from tidegate.spark.arrow import records_to_batch
 
@@ -168,9 +183,42 @@ def poll_range(part: RangePartition, consumer: Consumer | None = None
         yield from _poll_with(own, part)
 
 
-def _poll_with(consumer: Consumer, part: RangePartition) -> Iterator[list[ConsumerRecord]]:
+def poll_range_columns(part: RangePartition, consumer: Consumer | None = None
+                       ) -> Iterator[ColumnSlice]:
+    """`poll_range` as column slices (`Consumer.poll_columns`; needs `COLUMNAR`): the
+    same records, cut at `end` the same way."""
+    if part.rng.size == 0:
+        return
+    if consumer is not None:
+        consumer.use_columns(part.include_headers)
+        yield from _poll_columns_with(consumer, part)
+        return
+    with Consumer(part.consumer_config) as own:
+        own.use_columns(part.include_headers)
+        yield from _poll_columns_with(own, part)
+
+
+def _poll_columns_with(consumer: Consumer, part: RangePartition) -> Iterator[ColumnSlice]:
     r = part.rng
     tp = TopicPartition(r.topic, r.partition)
+    for chunks in _polls(consumer, part, tp, lambda t: consumer.poll_columns(t).get(tp)):
+        for chunk in chunks:
+            if chunk.offset_at(chunk.stop - 1) < r.end:
+                yield chunk
+                continue
+            # offsets ascend: cut at the first one past end
+            offsets = np.frombuffer(chunk.columns.offsets, dtype="<i8")
+            stop = chunk.start + int(np.searchsorted(offsets[chunk.start:chunk.stop], r.end))
+            if stop > chunk.start:
+                yield ColumnSlice(chunk.columns, chunk.start, stop)
+            return
+
+
+def _polls(consumer: Consumer, part: RangePartition, tp: TopicPartition,
+           poll: Callable[[int], _T | None]) -> Iterator[_T]:
+    """Seek to the range's start and poll (`poll(timeout_ms)`) until the position
+    reaches its end; what each poll returned, when it returned something."""
+    r = part.rng
     start = r.start
     earliest = consumer.beginning_offsets([tp])[tp]
     if start < earliest:
@@ -185,8 +233,8 @@ def _poll_with(consumer: Consumer, part: RangePartition) -> Iterator[list[Consum
     consumer.seek(tp, start)
     deadline = time.monotonic() + part.poll_timeout_ms / 1000
     while consumer.position(tp) < r.end:
-        records = consumer.poll(timeout_ms=min(500, part.poll_timeout_ms))
-        if not records:
+        got = poll(min(500, part.poll_timeout_ms))
+        if not got:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{r.topic}-{r.partition}: no progress reading [{start}, {r.end}) "
@@ -194,6 +242,13 @@ def _poll_with(consumer: Consumer, part: RangePartition) -> Iterator[list[Consum
                     f"{consumer.position(tp)}; an open transaction holds the LSO?)")
             continue
         deadline = time.monotonic() + part.poll_timeout_ms / 1000
+        yield got
+
+
+def _poll_with(consumer: Consumer, part: RangePartition) -> Iterator[list[ConsumerRecord]]:
+    r = part.rng
+    tp = TopicPartition(r.topic, r.partition)
+    for records in _polls(consumer, part, tp, lambda t: consumer.poll(timeout_ms=t)):
         if records[-1].offset >= r.end:  # offsets ascend: cut at the first past end
             records = [rec for rec in records if rec.offset < r.end]
             if records:

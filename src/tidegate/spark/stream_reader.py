@@ -126,7 +126,8 @@ class TidegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if rng.size > 0:
                 out.append(RangePartition(rng, config, opts.include_headers,
                                           opts.fail_on_data_loss and known,
-                                          opts.poll_timeout_ms, opts.arrow_batches))
+                                          opts.poll_timeout_ms, opts.arrow_batches,
+                                          opts.columnar_decode))
         return pack_ranges(out, opts.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

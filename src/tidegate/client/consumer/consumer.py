@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 
 from tidegate.client.config import ConsumerConfig
+from tidegate.client.consumer.columns import COLUMNAR, ColumnSlice, PartitionColumns
 from tidegate.client.consumer.fetcher import Fetcher
 from tidegate.client.consumer.group import (  # consumer groups
     CommitCallback,
@@ -75,6 +76,7 @@ class AsyncConsumer(ConsumerPositions):
         self._closed = False
         self._rotation = 0
         self._iter_buf: list[ConsumerRecord] = []
+        self._columns: bool | None = None  # see use_columns
         self._iter_pos = 0
         # -- consumer groups: present when group.id is set --
         self._group = ConsumerCoordinator(
@@ -94,6 +96,7 @@ class AsyncConsumer(ConsumerPositions):
             raise ClientClosedError("the consumer is closed")
         if self._fetcher is None:
             self._fetcher = Fetcher(self.config, self._metadata, self._assignment)
+            self._fetcher.columns = self._columns
             self._fetcher.start()
         return self._fetcher
 
@@ -233,6 +236,7 @@ class AsyncConsumer(ConsumerPositions):
                    max_records: int | None = None) -> list[ConsumerRecord]:
         """Records fetched from the assigned partitions, waiting up to `timeout_ms` for
         some to arrive; an empty list if none did."""
+        self._no_columns("poll")
         fetcher = self._started()
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
@@ -254,6 +258,7 @@ class AsyncConsumer(ConsumerPositions):
                            ) -> dict[TopicPartition, list[Record]]:
         """Like `poll`, grouped by partition, returning the decoded records as they are
         (no per-record wrapper; `Record.timestamp` and `.offset` are absolute)."""
+        self._no_columns("poll_batches")
         fetcher = self._started()
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
@@ -289,6 +294,60 @@ class AsyncConsumer(ConsumerPositions):
                     fetcher.drained(tp)
             if out or not await self._wait(fetcher, deadline):
                 return out
+
+    def _no_columns(self, what: str) -> None:
+        if self._columns is not None:
+            raise TypeError(f"this consumer reads columns (use_columns): {what} cannot "
+                            "be used, call poll_columns")
+
+    def use_columns(self, include_headers: bool = False) -> None:
+        """Decode fetched records into column buffers from now on, for `poll_columns`
+        (`columns.RecordColumns`; `poll` and `poll_batches` then raise TypeError).
+        Records already fetched are dropped and fetched again. Needs the C extension
+        `tidegate.records._columnar` (`columns.COLUMNAR`): RuntimeError without it."""
+        if not COLUMNAR:
+            raise RuntimeError("use_columns needs the C extension tidegate.records._columnar")
+        self._columns = include_headers
+        if self._fetcher is not None:
+            self._fetcher.columns = include_headers
+            for tp in [*self._fetcher.buffered]:
+                self._fetcher.discard(tp)
+
+    async def poll_columns(self, timeout_ms: int = 1000, max_records: int | None = None
+                           ) -> dict[TopicPartition, list[ColumnSlice]]:
+        """Like `poll_batches`, each partition's records as column slices (after
+        `use_columns`); positions move as with `poll`."""
+        if self._columns is None:
+            raise TypeError("call use_columns() before poll_columns()")
+        fetcher = self._started()
+        limit = max_records or self.config.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        if self._group is not None:
+            self._group.poll_started()
+        try:
+            while True:
+                await self._group_poll(deadline)
+                fetcher.data_ready.clear()
+                self._raise_pending()
+                out: dict[TopicPartition, list[ColumnSlice]] = {}
+                taken = 0
+                for tp in self._ready_partitions(fetcher):
+                    while taken < limit and (pr := fetcher.buffered.get(tp)) is not None:
+                        assert isinstance(pr, PartitionColumns)
+                        chunk, position = pr.take_columns(limit - taken)
+                        if position is not None:
+                            self._assignment.partitions[tp].position = position
+                        if chunk is not None:
+                            out.setdefault(tp, []).append(chunk)
+                            taken += chunk.stop - chunk.start
+                        if not pr.exhausted:
+                            break
+                        fetcher.drained(tp)
+                if out or not await self._wait(fetcher, deadline):
+                    return out
+        finally:
+            if self._group is not None:
+                self._group.poll_finished()
 
     def __aiter__(self) -> AsyncConsumer:
         return self

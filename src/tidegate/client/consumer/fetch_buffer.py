@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from tidegate.client.config import ConsumerConfig
 from tidegate.client.consumer.aborted import aborted_from_response
+from tidegate.client.consumer.columns import PartitionColumns, parse_partition_columns
 from tidegate.client.consumer.state import (
     EARLIEST,
     LATEST,
@@ -72,12 +73,15 @@ class FetchBuffer:
         self.metadata = metadata
         self.assignment = assignment
         # What poll() reads: the oldest fetched, unread records per partition.
-        self.buffered: dict[TopicPartition, PartitionRecords] = {}
+        self.buffered: dict[TopicPartition, PartitionRecords | PartitionColumns] = {}
         # The partition's next fetch, taken while `buffered` was read (module docstring).
-        self._ahead: dict[TopicPartition, PartitionRecords] = {}
+        self._ahead: dict[TopicPartition, PartitionRecords | PartitionColumns] = {}
         # Partitions whose fetch ahead failed: fetched again once their buffer drains.
         self._no_ahead: set[TopicPartition] = set()
         self.errors: deque[BaseException] = deque()
+        # None: decode records as objects (poll); else as columns (poll_columns), the
+        # value saying whether to decode headers too (`columns.PartitionColumns`).
+        self.columns: bool | None = None
         self.data_ready = asyncio.Event()
         self._wake = asyncio.Event()
 
@@ -152,11 +156,16 @@ class FetchBuffer:
                     st.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
                     st.log_start_offset = int(getattr(p, "log_start_offset", -1))
                     try:
-                        records = parse_partition_records(
-                            tp, fetch_offset, p.records, self.config.check_crcs,
-                            aborted_from_response(getattr(p, "aborted_transactions", None))
-                            if self.config.isolation else None,
-                        )
+                        aborted = (aborted_from_response(getattr(p, "aborted_transactions",
+                                                                 None))
+                                   if self.config.isolation else None)
+                        records: PartitionRecords | PartitionColumns = (
+                            parse_partition_records(tp, fetch_offset, p.records,
+                                                    self.config.check_crcs, aborted)
+                            if self.columns is None else
+                            parse_partition_columns(tp, fetch_offset, p.records,
+                                                    self.config.check_crcs, aborted,
+                                                    self.columns))
                     except (CorruptRecordError, InvalidRecordError) as e:
                         if ahead:
                             self._no_ahead.add(tp)
