@@ -10,6 +10,8 @@ for the same reason: a field missing in an old version reads as the default.
 
 APIs kio lacks (ControlledShutdown) are hand-written (protocol/hand_written.py): the
 lookups, `decode` and `encode` here serve them too, so callers need no special case.
+`decode` reads Produce requests (v3-v12) with `protocol/produce_request.py` instead of
+kio: their records fields stay slices of the frame, not copies.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tidegate.protocol import (
     controlled_shutdown,  # noqa: F401  (registers API 7)
     guard,
     hand_written,
+    produce_request,
 )
 from tidegate.protocol.guard import GuardError
 from tidegate.protocol.hand_written import HandWrittenMessage
@@ -83,6 +86,13 @@ def _writer(cls: type[Entity]) -> Callable[[io.BytesIO, Entity], None]:
     return cast(Callable[[io.BytesIO, Entity], None], entity_writer(cls))
 
 
+@functools.cache
+def _produce_versions() -> dict[type[Entity], int]:
+    """kio's Produce request classes read by protocol/produce_request.py."""
+    lo, hi = produce_request.MIN_VERSION, produce_request.MAX_VERSION
+    return {request_class(produce_request.API_KEY, v): v for v in range(lo, hi + 1)}
+
+
 def decode(
     cls: type[Entity], buf: bytes | memoryview, pos: int = 0, *, strict: bool = False
 ) -> Entity:
@@ -92,6 +102,15 @@ def decode(
     broker ignores them: librdkafka, for one, sends Metadata v13 requests with three
     extra bytes after the tagged fields.
     """
+    produce_version = _produce_versions().get(cls)
+    if produce_version is not None:  # records fields as slices of buf, not copies
+        try:
+            request, end = produce_request.decode(buf, pos, produce_version)
+        except produce_request.ProduceDecodeError as e:
+            raise DecodeError(f"malformed {cls.__name__} v{produce_version}: {e}") from e
+        if strict and end != len(buf):
+            raise DecodeError(f"{cls.__name__} body has {len(buf) - end} trailing bytes")
+        return cast(Entity, request)
     if isinstance(cls, type) and issubclass(cls, HandWrittenMessage):
         try:
             hand, end = cls.decode_body(bytes(buf), pos)  # small: copying costs nothing

@@ -11,8 +11,9 @@ were the largest single cost of the broker's CPU after the fsyncs.
 and its SSL transport, which decrypts straight into the buffer it is given) reads into
 memory handed out by a `protocol.frame_buffer.FrameAssembler`, which does the framing
 (small frames copied out of a 64 KiB scratch once, frames of 16 KiB or more read in
-place into buffers of their own, sizes above `UPFRONT_MAX` collected as they arrive;
-the client's `client/stream.py` uses the same assembler). The scratch is dropped
+place into buffers of their own, reused through a `BufferPool` the listener's
+connections share; sizes above `UPFRONT_MAX` collected as they arrive; the client's
+`client/stream.py` uses the same assembler). The scratch is dropped
 whenever the connection waits with nothing half-received, so idle connections hold no
 buffer.
 
@@ -32,10 +33,10 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
-from tidegate.protocol.frame_buffer import BIG_FRAME, SCRATCH, Frame, FrameAssembler
+from tidegate.protocol.frame_buffer import BIG_FRAME, SCRATCH, BufferPool, Frame, FrameAssembler
 from tidegate.protocol.framing import FrameTooLargeError
 
-__all__ = ["BIG_FRAME", "SCRATCH", "UPFRONT_MAX", "Frame", "FrameProtocol"]
+__all__ = ["BIG_FRAME", "SCRATCH", "UPFRONT_MAX", "BufferPool", "Frame", "FrameProtocol"]
 
 UPFRONT_MAX = 16 * 1024 * 1024  # larger declared sizes are collected as they arrive
 
@@ -53,12 +54,14 @@ class FrameProtocol(asyncio.BufferedProtocol):
         *,
         max_frame_bytes: int = 104_857_600,
         max_buffered: int = 2 << 20,
+        pool: BufferPool | None = None,
     ) -> None:
         self._on_connect = on_connect
         self._loop = loop
         self._max_frame = max_frame_bytes
         self._max_buffered = max_buffered
-        self._buf = FrameAssembler(max_frame_bytes, UPFRONT_MAX, self._push, self._bad_size)
+        self._buf = FrameAssembler(max_frame_bytes, UPFRONT_MAX, self._push, self._bad_size,
+                                   pool)
         self._frames: list[Frame] = []
         self._queued = 0
         self._frame_error: FrameTooLargeError | None = None
@@ -69,6 +72,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._read_paused = False
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
+        self._out: list[bytes] = []  # written, not yet handed to the transport
         self.task: asyncio.Task[None] | None = None
 
     # -- transport callbacks ---------------------------------------------------------------
@@ -169,12 +173,35 @@ class FrameProtocol(asyncio.BufferedProtocol):
     # -- writing side (StreamWriter's methods the listener uses) -------------------------------
 
     def write(self, data: bytes) -> None:
+        """Queue `data`; what is written in one pass of the event loop goes out in one
+        `writelines` at its end. Pipelined produce requests are answered together when
+        their group commit's fsync completes: one send instead of one per answer (on
+        loopback each send also runs the receiver's TCP stack, ~15 % of the broker's CPU
+        under the produce bench)."""
         tr = self._transport
         if tr is None or tr.is_closing():
             return  # the peer is gone (uvloop raises on a closed transport); drain() says so
-        tr.write(data)
+        out = self._out
+        out.append(data)
+        if len(out) == 1:
+            self._loop.call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        tr = self._transport
+        if tr is None or tr.is_closing():
+            return
+        if len(out) == 1:
+            tr.write(out[0])
+        else:
+            tr.writelines(out)
 
     async def drain(self) -> None:
+        """As StreamWriter's; answers queued by `write` reach the transport at the end
+        of this pass of the loop, so a pause they cause is seen by the next drain."""
         tr = self._transport
         if tr is None or tr.is_closing():
             await asyncio.sleep(0)  # as StreamWriter: let connection_lost run
@@ -190,6 +217,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         if self._transport is not None:
+            self._flush_out()  # queued answers first (a SASL failure's error, say)
             self._transport.close()
 
     def is_closing(self) -> bool:

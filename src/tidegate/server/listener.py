@@ -69,7 +69,7 @@ from tidegate.protocol.sasl import SaslState
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.dispatch import Api
-from tidegate.server.frame_stream import Frame, FrameProtocol
+from tidegate.server.frame_stream import BufferPool, Frame, FrameProtocol
 from tidegate.server.handlers.api_versions import api_keys_payload
 from tidegate.server.handlers.sasl import authenticate
 from tidegate.server.quotas.throttle import Mute, run_throttled
@@ -326,9 +326,10 @@ def _start_server(
     """asyncio.start_server, with a `FrameProtocol` (server/frame_stream.py) for each
     connection instead of a StreamReader and StreamWriter: requests are read in place."""
     loop = asyncio.get_running_loop()
+    pool = BufferPool()  # big request buffers reused across this server's connections
 
     def factory() -> FrameProtocol:
-        return FrameProtocol(accept, loop, max_frame_bytes=max_frame_bytes)
+        return FrameProtocol(accept, loop, max_frame_bytes=max_frame_bytes, pool=pool)
 
     return loop.create_server(factory, **kwargs)
 

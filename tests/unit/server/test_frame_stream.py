@@ -14,7 +14,7 @@ import pytest
 
 from tidegate.protocol.framing import FrameTooLargeError
 from tidegate.server import frame_stream
-from tidegate.server.frame_stream import BIG_FRAME, SCRATCH, FrameProtocol
+from tidegate.server.frame_stream import BIG_FRAME, SCRATCH, BufferPool, FrameProtocol
 
 
 class FakeTransport:
@@ -35,6 +35,9 @@ class FakeTransport:
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def writelines(self, data: list[bytes]) -> None:
+        self.written.append(b"|".join(data))  # one call: one send
+
     def close(self) -> None:
         self.closing = True
 
@@ -46,7 +49,7 @@ async def _idle(_p: FrameProtocol) -> None:
     return None
 
 
-def _proto(loop: asyncio.AbstractEventLoop, **kw: int) -> tuple[FrameProtocol, FakeTransport]:
+def _proto(loop: asyncio.AbstractEventLoop, **kw: Any) -> tuple[FrameProtocol, FakeTransport]:
     p = FrameProtocol(_idle, loop, **kw)
     tr = FakeTransport()
     p.connection_made(tr)  # type: ignore[arg-type]
@@ -97,6 +100,58 @@ def test_frames_come_out_whole_and_in_order(seed: int) -> None:
         assert not p.ready()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pooled_buffers_are_reused_only_once_nothing_holds_them(seed: int) -> None:
+    """With a pool, every frame still comes out whole and equal to what was sent while
+    earlier frames (and slices of them) are kept alive; a released buffer is reused."""
+    rng = random.Random(seed)
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        pool = BufferPool()
+        p, _tr = _proto(loop, max_buffered=1 << 40, pool=pool)
+        kept: list[tuple[memoryview, bytes]] = []
+        for _ in range(6):
+            payloads = _payloads(rng)
+            _deliver(p, b"".join(map(_frame, payloads)), rng)
+            frames = p.take()
+            assert [bytes(f) for f in frames] == payloads
+            for f, payload in zip(frames, payloads):
+                if isinstance(f, memoryview) and rng.random() < 0.5:
+                    kept.append((f[1:], payload[1:]))  # a slice holds the buffer too
+            del frames, f
+            for view, want in kept:  # no later frame was written over a held one
+                assert bytes(view) == want
+        ids_before = {id(b) for b in pool._bufs}
+        kept.clear()
+        payload = rng.randbytes(290_000)  # over the scratch: read in place, pooled
+        _deliver(p, _frame(payload), rng)
+        (frame,) = p.take()
+        assert bytes(frame) == payload and len(frame) == len(payload)
+        assert isinstance(frame, memoryview) and frame.readonly
+        assert id(frame.obj) in ids_before  # a buffer came back out of the pool
+
+    asyncio.run(run())
+
+
+def test_pool_keeps_at_most_its_bytes_and_skips_exported_buffers() -> None:
+    pool = BufferPool(max_bytes=4 * BIG_FRAME)
+    a = pool.take(BIG_FRAME)
+    view = memoryview(a)[:10]
+    pool.give(a)
+    assert pool.take(BIG_FRAME) is not a  # still exported
+    del view
+    assert pool.take(BIG_FRAME) is a
+    assert pool.take(BIG_FRAME * 3) is not a  # (a is out of the pool now anyway)
+    bufs = [bytearray(BIG_FRAME) for _ in range(6)]
+    for b in bufs:
+        pool.give(b)
+    assert sum(map(len, pool._bufs)) <= 4 * BIG_FRAME
+    assert pool._bufs[-1] is bufs[-1]  # the oldest went first
+    pool.give(bytearray(2 * BIG_FRAME))  # over a quarter of max_bytes: not kept
+    assert all(len(b) == BIG_FRAME for b in pool._bufs)
+    assert len(pool.take(BIG_FRAME // 2 - 1)) == BIG_FRAME // 2 - 1  # none over twice the size
 
 
 def test_frames_over_the_upfront_limit_are_collected(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,5 +238,27 @@ def test_wait_wakes_on_a_frame_and_drain_follows_the_transport() -> None:
         assert tr.written == [b"answer"]
         with pytest.raises(ConnectionResetError):
             await p.drain()
+
+    asyncio.run(run())
+
+
+def test_answers_written_in_one_pass_go_out_together_and_close_flushes_them() -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        p, tr = _proto(loop)
+        for answer in (b"a", b"b", b"c"):
+            p.write(answer)
+            await p.drain()  # not paused: does not yield to the loop
+        assert tr.written == []
+        await asyncio.sleep(0)
+        assert tr.written == [b"a|b|c"]  # in order, in one writelines
+        p.write(b"d")
+        await asyncio.sleep(0)
+        assert tr.written == [b"a|b|c", b"d"]
+        p.write(b"last words")
+        p.close()  # a failed SASL exchange: its error still goes out before the close
+        assert tr.written[-1] == b"last words" and tr.closing
+        await asyncio.sleep(0)
+        assert tr.written[-1] == b"last words"  # not written twice
 
     asyncio.run(run())
