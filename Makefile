@@ -127,20 +127,21 @@ test: install deps-system deps-node deps-kafka deps-java lint typecheck layers
 soak: install deps-system deps-node deps-kafka deps-java
 	TIDEGATE_SOAK=1 $(BIN)/pytest -q -ra -m slow tests
 
-# The C record speedups under AddressSanitizer + UBSan: build a sanitized copy of the
-# extension in a scratch tree, then fuzz it against the pure-Python reference.
+# The C record speedups and column decoder under AddressSanitizer + UBSan: build sanitized
+# copies of both extensions in a scratch tree, then fuzz them against the pure-Python reference.
 FUZZ_EXAMPLES ?= 3000
 fuzz-c: install
 	rm -rf /tmp/tidegate-asan && mkdir -p /tmp/tidegate-asan && cp -r src tests setup.py pyproject.toml /tmp/tidegate-asan/
 	cd /tmp/tidegate-asan && CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -g -O1" \
 	  LDFLAGS="-fsanitize=address,undefined" $(CURDIR)/$(BIN)/python -c \
 	  "from setuptools import Extension; from setuptools.dist import Distribution; \
-	   d = Distribution({'ext_modules': [Extension('tidegate.records._speedups', ['src/tidegate/records/_speedups.c'])], 'package_dir': {'': 'src'}}); \
+	   d = Distribution({'ext_modules': [Extension('tidegate.records.' + m, ['src/tidegate/records/' + m + '.c']) for m in ('_speedups', '_columnar')], 'package_dir': {'': 'src'}}); \
 	   c = d.get_command_obj('build_ext'); c.inplace = 1; d.run_command('build_ext')"
 	cd /tmp/tidegate-asan && LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  PYTHONMALLOC=malloc PYTHONPATH=src TIDEGATE_SPEEDUPS_EXAMPLES=$(FUZZ_EXAMPLES) \
-	  $(CURDIR)/$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/records/test_speedups.py
+	  $(CURDIR)/$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/records/test_speedups.py \
+	    tests/unit/spark/test_columns.py
 
 # The broker benches run Apache Kafka beside Tidegate when its jars are there (make
 # deps-kafka; bench/peer_kafka.py); without them they say so and measure Tidegate only.
