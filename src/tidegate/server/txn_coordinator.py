@@ -107,6 +107,7 @@ class TransactionCoordinator:
             load_buffer_bytes=cfg.get_int("transaction.state.log.load.buffer.size", 5242880)
             or 5242880,
             pure_ops=True,
+            own_batches=True,  # its records skip the client path's checks (runtime.py)
         )
         self.epochs: EpochSource = (
             LeaderCoordinatorEpochs(self.runtime.leader_epochs) if self.cluster

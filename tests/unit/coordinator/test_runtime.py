@@ -35,6 +35,10 @@ def test_java_string_hash() -> None:
     assert java_string_hash("ü") == 252
     assert java_string_hash("\U0001F600") == 31 * 0xD83D + 0xDE00  # UTF-16 surrogates
     assert java_string_hash("Aa") == java_string_hash("BB")  # Java's classic collision
+    # cached (every transactional request hashes its id): a second call, from the cache,
+    # agrees with a fresh computation
+    for s in ("hello", "polygenelubricants", "\U0001F600", "txn-42"):
+        assert java_string_hash(s) == java_string_hash.__wrapped__(s) == java_string_hash(s)
 
 
 def test_partition_for_uses_utils_abs() -> None:

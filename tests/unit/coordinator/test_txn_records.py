@@ -4,13 +4,15 @@ trips of every field combination, and typed errors for malformed input."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidegate.protocol.txn_records import (
     TxnLogValue,
     TxnRecordError,
     UnknownTxnKeyVersion,
+    _decode_txn_value_checked,
+    _decode_v1_fast,
     decode_txn_key,
     decode_txn_value,
     encode_txn_key,
@@ -181,3 +183,30 @@ def test_garbage_raises_only_typed_errors(raw: bytes) -> None:
             fn(raw)
         except TxnRecordError:
             pass
+
+
+def _outcome(fn: object, raw: bytes) -> object:
+    try:
+        return fn(raw)  # type: ignore[operator]
+    except TxnRecordError as e:
+        return ("error", type(e), str(e))
+
+
+@settings(max_examples=300)
+@given(_values, st.none() | _int16, st.data())
+def test_fast_reader_agrees_with_the_checked_one(v: TxnLogValue, prepared: int | None,
+                                                 data: st.DataObject) -> None:
+    """decode_txn_value reads the coordinator's own v1 values in straight-line code and
+    hands anything else to the checked reader: over values, truncations, a changed
+    byte and extra bytes, both give the same value or the same error."""
+    v = TxnLogValue(v.producer_id, v.producer_epoch, v.timeout_ms, v.status, v.partitions,
+                    v.last_update_ms, v.start_ms, v.previous_producer_id, v.next_producer_id,
+                    v.client_txn_version, v.last_producer_epoch, prepared)
+    raw = encode_txn_value(v, 1)
+    assert _decode_v1_fast(raw) == v  # the coordinator's own values: the fast path
+    i = data.draw(st.integers(0, len(raw) - 1))
+    variants = [raw, raw[:data.draw(st.integers(0, len(raw)))],
+                raw[:i] + bytes([data.draw(st.integers(0, 255))]) + raw[i + 1:],
+                raw + data.draw(st.binary(min_size=1, max_size=3))]
+    for r in variants:
+        assert _outcome(decode_txn_value, r) == _outcome(_decode_txn_value_checked, r)

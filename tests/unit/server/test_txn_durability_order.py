@@ -25,6 +25,7 @@ from typing import Any
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import ErrorCode
 from tidegate.common.topics import TRANSACTION_STATE
+from tidegate.coordinator.runtime import PartitionState
 from tidegate.coordinator.txn.messages import InitProducerIdRequest
 from tidegate.protocol.messages import build, request_class
 from tidegate.records.builder import build_batch
@@ -37,12 +38,13 @@ from tidegate.storage.log import Log
 HELD_S = 0.3  # how long the fsync is held: whatever waits for it must still wait
 
 
-def _broker(tmp_path: Path) -> Broker:
+def _broker(tmp_path: Path, *, create: bool = True) -> Broker:
     b = Broker(BrokerConfig({
         "log.dirs": str(tmp_path), "offsets.topic.num.partitions": "1",
         "transaction.state.log.num.partitions": "1"}))
     b.load()
-    b.create_topic("t", 1, {})
+    if create:
+        b.create_topic("t", 1, {})
     return b
 
 
@@ -222,6 +224,57 @@ def test_next_transaction_starts_on_an_appended_complete_commit(tmp_path: Path) 
             assert state.recovery_point == state.log_end_offset
         finally:
             gate.set()
+            await _stop(b)
+
+    asyncio.run(main())
+
+
+def test_coordinator_records_take_the_broker_built_path_and_reload_alike(
+        tmp_path: Path) -> None:
+    """The transaction coordinator appends its own records with `Log.append_control`,
+    not the client path (`own_batches`, coordinator/runtime.py: the client checks were
+    half of each append's cost). Fails if a record of a whole transaction takes the
+    client path again, or if loading those records gives other state than the live one."""
+    async def main() -> None:
+        b, state, _data, pid, epoch = await _started(tmp_path)
+
+        def client_path(*_a: object, **_kw: object) -> object:
+            raise AssertionError("a coordinator record took the client path")
+
+        tc = b.txn_coordinator
+        try:
+            state.append = client_path  # type: ignore[method-assign]
+            ctx = RequestContext(24, 3, 1, "c", "peer")
+            await asyncio.wait_for(handle_add_partitions(b, ctx, _add(pid, epoch)), 5)
+            assert _produce_error(await asyncio.wait_for(produce.handle(
+                b, RequestContext(0, 9, 2, "c", "peer"), _produce(9, pid, epoch)), 10)) == 0
+            end = build(request_class(26, 3), {
+                "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+                "committed": True})
+            resp = await asyncio.wait_for(handle_end_txn(
+                b, RequestContext(26, 3, 3, "c", "peer"), end), 10)
+            assert resp.error_code == ErrorCode.none
+            for _ in range(200):
+                [d] = await tc.describe_transactions(["tx"])
+                if d.state == "CompleteCommit":
+                    break
+                await asyncio.sleep(0.01)
+            assert d.state == "CompleteCommit"
+            live = tc.runtime.shard(tc.partition_for("tx")).txns["tx"]
+        finally:
+            await _stop(b)
+        b = _broker(tmp_path, create=False)
+        await b.group_coordinator.start()
+        await b.txn_coordinator.start()
+        try:
+            tc = b.txn_coordinator
+            for _ in range(200):  # the partition loads in the background
+                if tc.runtime.state(tc.partition_for("tx")) is PartitionState.ACTIVE:
+                    break
+                await asyncio.sleep(0.01)
+            loaded = tc.runtime.shard(tc.partition_for("tx")).txns["tx"]
+            assert loaded == live
+        finally:
             await _stop(b)
 
     asyncio.run(main())
