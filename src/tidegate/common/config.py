@@ -119,6 +119,16 @@ BROKER_KEYS: dict[str, tuple[str, str, str]] = {
     "log.flush.interval.ms": ("", "int", "Max ms before unflushed data is fsynced."),
     "log.flush.scheduler.interval.ms": ("1000", "int", "How often the flush scheduler runs."),
     "log.retention.check.interval.ms": ("300000", "int", "How often retention runs."),
+    "log.flush.syncfs.threshold": (
+        "8",
+        "int",
+        "Tidegate-specific: when at least this many partitions need an fsync at the same "
+        "moment, group commit makes them durable with one syncfs(2) per log directory "
+        "instead of an fsync each (1,000 partitions: ~5 ms against ~100 ms). syncfs "
+        "also writes back whatever else is dirty on that file system: keep log.dirs on "
+        "volumes of their own. 0 turns it off; off where syncfs cannot report a lost "
+        "write (not Linux, or Linux before 5.8).",
+    ),
     "log.flush.offset.checkpoint.interval.ms": (
         "60000",
         "int",

@@ -99,6 +99,9 @@ class Broker:
         # by BrokerApp)
         self.cluster_admin: ClusterAdmin = EmbeddedClusterAdmin(self)
         self.group_commit = self.replicas.group_commit
+        # many partitions to fsync at once: one syncfs per log dir (server/durability.py)
+        self.group_commit.use_syncfs(
+            config.log_dirs, config.get_int("log.flush.syncfs.threshold", 8) or 0)
         # KIP-227 fetch sessions (server/fetch_session.py)
         self.fetch_sessions = FetchSessionCache(
             config.get_int("max.incremental.fetch.session.cache.slots", 1000) or 0,
@@ -126,6 +129,7 @@ class Broker:
 
     def close(self) -> None:
         self.logs.close()
+        self.group_commit.close()
 
     # -- durability and the high watermark: server/replica_manager.py ------------------
     # (kept here for callers not yet moved to `replicas.leader(...)` / `Partition`)

@@ -14,6 +14,16 @@ and a queued flush is dropped if the one before it, reading the log end later th
 was asked for, already reached the end (about one fsync in three under the one-record
 transaction bench was such a no-op, and the next append waited behind it).
 
+Many logs at once (a Produce over 1,000 partitions): the logs whose flush starts in
+one loop iteration are handed out together. From `syncfs_threshold` logs on
+(`log.flush.syncfs.threshold`, `use_syncfs`) they are made durable in one worker job
+with one syncfs(2) per log directory instead of an fsync each
+(storage/flush_together.py: why that is as durable, and how a failed syncfs falls back
+to per-file fsyncs); below it, or with the setting at 0, each is flushed on its own as
+above. Either way every log's waiters, recovery point and high watermark are handled
+one log at a time when the job ends, exactly as for a flush of its own. The produce
+path registers its waits with `durable_future`, a future per partition, not a Task.
+
 When the flush policy is relaxed (`log.flush.interval.messages` > 1 or a
 `flush.messages` topic override), the caller does not wait; the scheduler flushes by
 count and by `flush.ms` in the background.
@@ -33,12 +43,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 from typing import Protocol
 
 from tidegate.storage.disk_space import disk_full_error
+from tidegate.storage.flush_together import SyncfsDirs, flush_together
+from tidegate.storage.log import Log
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +94,31 @@ class GroupCommit:
         # metrics (server/metrics/): told (seconds the fsync took, waiters it released)
         self.on_fsync: Callable[[float, int], None] | None = None
         self._retrying: dict[int, asyncio.Task[None]] = {}
+        # one syncfs per log directory instead of an fsync per log, for rounds of at
+        # least `syncfs_threshold` logs (`use_syncfs`; log.flush.syncfs.threshold)
+        self._syncfs: SyncfsDirs | None = None
+        self.syncfs_threshold = 0
+        self.syncfs_rounds = 0
+        self._batch: list[Log] = []  # logs to flush, queued in this loop iteration
+
+    def use_syncfs(self, log_dirs: Iterable[Path | str], threshold: int) -> bool:
+        """Flush rounds of `threshold` logs or more with syncfs (0: never). False if
+        this system's syncfs cannot report a lost write (files.syncfs_reporting_errors)."""
+        self.close()
+        if threshold <= 0:
+            return False
+        dirs = SyncfsDirs(log_dirs)
+        if not dirs.available:
+            dirs.close()
+            return False
+        self._syncfs, self.syncfs_threshold = dirs, threshold
+        return True
+
+    def close(self) -> None:
+        """The broker stops: free the syncfs descriptors (later rounds fsync per file)."""
+        dirs, self._syncfs = self._syncfs, None
+        if dirs is not None:
+            dirs.close()
 
     @property
     def waiting(self) -> int:
@@ -93,8 +131,17 @@ class GroupCommit:
 
     async def wait_durable(self, target: Flushable, offset: int) -> None:
         """Return once `target` is fsynced up to (not including) `offset`."""
+        fut = self.durable_future(target, offset)
+        if fut is not None:
+            await fut
+
+    def durable_future(self, target: Flushable, offset: int) -> asyncio.Future[None] | None:
+        """`wait_durable` without a coroutine: the wait is registered now (a failed
+        fsync fails it at once); the future ends when `target` is fsynced up to
+        `offset`. None if it already is. A Produce over 1,000 partitions awaits these
+        futures together instead of running a Task per partition."""
         if target.recovery_point >= offset:
-            return
+            return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(id(target), []).append((offset, fut))
         if offset > self._covering.get(id(target), -1):
@@ -103,7 +150,7 @@ class GroupCommit:
             # the next append waited for it)
             self._dirty[id(target)] = target
         self._kick(target)
-        await fut
+        return fut
 
     def _kick(self, target: Flushable) -> None:
         key = id(target)
@@ -144,6 +191,13 @@ class GroupCommit:
                 continue
             began = time.perf_counter()
             self._covering[key] = target.log_end_offset
+            if self._syncfs is not None and isinstance(target, Log):
+                # flushed with the other logs that need one in this loop iteration (a
+                # log outside the syncfs dirs is fsynced alone there: flush_together)
+                self._batch.append(target)
+                if len(self._batch) == 1:
+                    asyncio.get_running_loop().call_soon(self._submit_batch)
+                return
             loop = asyncio.get_running_loop()
             try:
                 done = _POOL.submit(target.flush)
@@ -155,11 +209,54 @@ class GroupCommit:
         self._running.discard(key)
         self._covering.pop(key, None)
 
+    def _submit_batch(self) -> None:
+        """The logs `_next_flush` queued in one loop iteration: under the threshold each
+        is flushed on its own, as without syncfs; from it on, all with one syncfs per log
+        directory (storage/flush_together.py)."""
+        batch, self._batch = self._batch, []
+        loop = asyncio.get_running_loop()
+        began = time.perf_counter()
+        syncfs = self._syncfs
+        submitted = 0
+        try:
+            if len(batch) >= self.syncfs_threshold and syncfs is not None:
+                job = _POOL.submit(flush_together, batch, syncfs)
+                submitted = len(batch)
+                job.add_done_callback(partial(_call_in, loop, self._batch_flushed, batch, began))
+                self.syncfs_rounds += 1
+                return
+            for target in batch:
+                done = _POOL.submit(target.flush)
+                submitted += 1
+                done.add_done_callback(partial(_call_in, loop, self._flushed, target, began))
+        except Exception as e:  # the pool is shut down (the process is exiting)
+            for target in batch[submitted:]:
+                self._failed(target, e)
+                self._step(target)
+
+    def _batch_flushed(self, batch: list[Log], began: float,
+                       done: Future[list[int | OSError]]) -> None:
+        """On the loop, once `flush_together` has ended: each log as if flushed alone."""
+        e = done.exception()
+        results: list[int | OSError] | list[BaseException] = (
+            done.result() if e is None else [e] * len(batch))
+        raised: BaseException | None = None
+        for target, outcome in zip(batch, results, strict=True):
+            try:
+                self._flush_done(target, began,
+                                 outcome if isinstance(outcome, BaseException) else None)
+            except BaseException as bug:  # the others' waiters still get their answer
+                raised = raised or bug
+        if raised is not None:
+            raise raised
+
     def _flushed(self, target: Flushable, began: float, done: Future[int]) -> None:
         """On the loop, once the flush handed to the pool has ended."""
+        self._flush_done(target, began, done.exception())
+
+    def _flush_done(self, target: Flushable, began: float, e: BaseException | None) -> None:
         key = id(target)
         try:
-            e = done.exception()
             if e is not None:
                 self._failed(target, e)
             else:

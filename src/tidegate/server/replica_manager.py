@@ -258,6 +258,18 @@ class ReplicaManager:
             # recovery point already past it must not be answered before that move.
             self._advance_hw(lg, lg.recovery_point)
 
+    def durable_future(self, lg: Log, offset: int) -> asyncio.Future[None] | None:
+        """`wait_durable` without a Task, for the embedded broker under the fsync-per-
+        write policy (`syncs_every_write`; the caller checks both): the future ends once
+        `lg` is fsynced up to `offset`, after the flusher moved the high watermark past
+        it (`_on_flushed`); None if durable already (the high watermark moved here)."""
+        fut = self.group_commit.durable_future(lg, offset)
+        if fut is None:
+            # the flush thread raised the recovery point; the flusher's move of the high
+            # watermark may not have run yet: the answer must not come before it
+            self._advance_hw(lg, lg.recovery_point)
+        return fut
+
     async def wait_committed(self, part: Partition, offset: int,
                              timeout: float | None = None) -> ErrorCode:
         """acks=all: durable here, then (cluster) the HW over the ISR past `offset`.

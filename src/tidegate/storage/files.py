@@ -92,6 +92,25 @@ def sync_filesystem(path: Path) -> None:
         os.close(fd)
 
 
+def syncfs_reporting_errors() -> Callable[[int], None] | None:
+    """syncfs(2) on an open fd, raising OSError on failure, where it reports writeback
+    errors (Linux >= 5.8; the fd's own error cursor, as fsync's); else None (os.sync
+    reports none, so it cannot stand in for fsyncs that must fail on a lost write)."""
+    syncfs = _libc_syncfs()
+    try:
+        version = tuple(int(p) for p in os.uname().release.split("-")[0].split(".")[:2])
+    except ValueError:
+        return None
+    if syncfs is None or version < (5, 8):
+        return None
+
+    def call(fd: int) -> None:
+        if syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs: {os.strerror(err)}")
+    return call
+
+
 @functools.cache
 def _libc_syncfs() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):

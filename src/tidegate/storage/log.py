@@ -106,7 +106,7 @@ from tidegate.storage.files import (
     parse_partition_dir,
     segment_path,
 )
-from tidegate.storage.leader_epochs import load_leader_epochs
+from tidegate.storage.leader_epochs import EpochEntry, load_leader_epochs
 from tidegate.storage.log_replica import ReplicaLog
 from tidegate.storage.log_txn import TransactionalLog
 from tidegate.storage.markers import marker_of
@@ -159,6 +159,22 @@ class AppendInfo:
     # A producer's retry of a batch already in the log: nothing was written; the offsets
     # (and max_timestamp / log_append_time) are the original batch's.
     duplicate: bool = False
+
+
+
+@dataclass(slots=True)
+class FlushTicket:
+    """What one flush makes durable (`Log.begin_flush`): the log end it reaches, the
+    segment list's generation then (a truncation since voids it), and the files."""
+
+    target: int
+    generation: int
+    active: LogSegment
+    rolled: list[LogSegment]
+    todo: Sequence[LogSegment]
+    sync_dir: bool
+    snapshots: list[Path]
+    epochs: tuple[tuple[EpochEntry, ...], int] | None
 
 
 class Log(TransactionalLog, ReplicaLog):
@@ -558,11 +574,34 @@ class Log(TransactionalLog, ReplicaLog):
 
         Safe to call from a worker thread while another thread appends (module doc).
         """
+        ticket = self.begin_flush()
+        if ticket is None:
+            return self._recovery_point
+        try:
+            self.sync_flush_files(ticket)
+            self.write_flush_epochs(ticket)
+        except OSError:
+            if self.abort_flush(ticket):  # deleted under us: nothing left to make durable
+                return self._recovery_point
+            raise
+        return self.end_flush(ticket)
+
+    # `flush` in three steps, so that storage/flush_together.py can make many logs
+    # durable with one syncfs(2) between the first and the last: `begin_flush` captures
+    # what to sync (holding the flush mutex until `end_flush` or `abort_flush`),
+    # `sync_flush_files` is the per-file way to sync it, then the epoch checkpoint is
+    # written, and `end_flush` raises the recovery point to what was captured.
+
+    def begin_flush(self) -> FlushTicket | None:
+        """Capture the target and the files to sync; None if the log is closed. OSError
+        if entries a full disk left queued still cannot be written (nothing held then)."""
         segs = self._segs
-        with self._flush_mutex:
+        self._flush_mutex.acquire()
+        try:
             with self._lock:
                 if self._closed:
-                    return self._recovery_point
+                    self._flush_mutex.release()
+                    return None
                 target = self.log_end_offset
                 generation = segs.generation
                 active = segs.active
@@ -575,31 +614,54 @@ class Log(TransactionalLog, ReplicaLog):
                 snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
                 epochs = self._epochs_to_write()  # covers every batch below `target`
                 segs.pin()
-            try:
-                for seg in todo:  # the active segment's indexes: see the module doc
-                    seg.sync(indexes=seg is not active)
-                for path in snapshots:
-                    _fsync_if_exists(path)
-                if sync_dir:
-                    fsync_dir(self.directory)
-                if epochs is not None:
-                    self._write_epochs(*epochs)
-            except OSError:
-                with self._lock:
-                    segs.dir_dirty = segs.dir_dirty or sync_dir
-                    self._unsynced_snapshots[:0] = snapshots
-                    if self._closed:  # deleted under us: nothing left to make durable
-                        return self._recovery_point
-                raise
-            finally:
-                segs.unpin()
+        except BaseException:
+            self._flush_mutex.release()
+            raise
+        return FlushTicket(target, generation, active, rolled, todo, sync_dir, snapshots,
+                           epochs)
+
+    def sync_flush_files(self, ticket: FlushTicket) -> None:
+        """fsync each file the ticket lists (the active segment's indexes: module doc)."""
+        for seg in ticket.todo:
+            seg.sync(indexes=seg is not ticket.active)
+        for path in ticket.snapshots:
+            _fsync_if_exists(path)
+        if ticket.sync_dir:
+            fsync_dir(self.directory)
+
+    def write_flush_epochs(self, ticket: FlushTicket) -> None:
+        """The leader epoch checkpoint the ticket captured, if any (its own fsync)."""
+        if ticket.epochs is not None:
+            self._write_epochs(*ticket.epochs)
+
+    def abort_flush(self, ticket: FlushTicket) -> bool:
+        """A sync failed: requeue the directory and snapshots for the next flush, keep
+        the recovery point. True if the log was closed meanwhile."""
+        segs = self._segs
+        try:
             with self._lock:
-                if generation == segs.generation and target > self._recovery_point:
-                    self._recovery_point = target
+                segs.dir_dirty = segs.dir_dirty or ticket.sync_dir
+                self._unsynced_snapshots[:0] = ticket.snapshots
+                return self._closed
+        finally:
+            segs.unpin()
+            self._flush_mutex.release()
+
+    def end_flush(self, ticket: FlushTicket) -> int:
+        """Everything captured is durable: raise the recovery point to its target."""
+        segs = self._segs
+        try:
+            segs.unpin()
+            with self._lock:
+                if ticket.generation == segs.generation and ticket.target > self._recovery_point:
+                    self._recovery_point = ticket.target
                 # synced above (if still in the log); those rolled since stay listed
+                rolled = ticket.rolled
                 self._rolled_unsynced = [s for s in self._rolled_unsynced if s not in rolled]
                 self.last_flush_ms = self._clock.now_ms()
                 return self._recovery_point
+        finally:
+            self._flush_mutex.release()
 
     # -- timestamps --------------------------------------------------------------------
 

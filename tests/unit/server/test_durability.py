@@ -110,10 +110,12 @@ def test_no_waiter_is_released_before_the_flush_covering_it_has_returned() -> No
     (a flush round is a chain of callbacks, not a Task: the order must not change)."""
     lg = FlakyLog(0, OSError())
     gates = [threading.Event(), threading.Event()]
+    started = [threading.Event(), threading.Event()]
     real = lg.flush
 
     def gated_flush() -> int:
         end = lg.end  # what this flush covers: the end when it starts
+        started[lg.calls].set()
         gates[lg.calls].wait(5)
         lg.calls += 1
         lg.recovery_point = max(lg.recovery_point, end)
@@ -126,7 +128,9 @@ def test_no_waiter_is_released_before_the_flush_covering_it_has_returned() -> No
         gc = GroupCommit(lambda _t, _rp: None)
         lg.end = 3
         first = asyncio.ensure_future(gc.wait_durable(lg, 3))
-        await asyncio.sleep(0.05)  # the first flush is running (covers 3)
+        # the first flush is running and has read the end (covers 3): a sleep here let
+        # a slow thread read 5 on a loaded machine
+        assert await asyncio.to_thread(started[0].wait, 5)
         lg.end = 5
         later = asyncio.ensure_future(gc.wait_durable(lg, 5))
         await asyncio.sleep(0.05)
@@ -167,3 +171,26 @@ def test_a_round_that_raises_does_not_stop_later_flushes() -> None:
         assert lg.recovery_point == 4 and first.done()
 
     asyncio.run(main())
+
+
+def test_durable_future_registers_the_wait_without_awaiting() -> None:
+    """A Produce over many partitions registers one future per partition, no Task: the
+    wait exists as soon as the call returns (a failed fsync fails it), and a log already
+    durable needs none."""
+    lg = FlakyLog(1, OSError(errno.EIO, "Input/output error"))
+
+    async def main() -> tuple[BaseException | None, BaseException | None, bool]:
+        gc = GroupCommit(lambda _t, _rp: None)
+        assert gc.durable_future(lg, 0) is None  # nothing to wait for
+        lg.end = 3
+        first = gc.durable_future(lg, 3)
+        assert first is not None and gc.waiting == 1  # registered before any await
+        failed = (await asyncio.gather(first, return_exceptions=True))[0]
+        lg.end = 4
+        second = gc.durable_future(lg, 4)
+        assert second is not None
+        ok = (await asyncio.gather(second, return_exceptions=True))[0]
+        return failed, ok, lg.recovery_point >= 4
+
+    failed, ok, durable = asyncio.run(main())
+    assert isinstance(failed, OSError) and ok is None and durable

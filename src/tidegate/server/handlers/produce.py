@@ -222,12 +222,25 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
     if acks == 0:
         return None
     if waits:
-        # one Task per partition: every wait must be registered with the group commit
-        # now, so that a failed fsync fails each of them at once (durability.py)
-        outcomes = await asyncio.gather(
-            *(_wait(broker, replica, acks, offset, timeout) for _, replica, offset in waits),
-            return_exceptions=True)
-        for (waited, _, _), outcome in zip(waits, outcomes):
+        # Every wait must be registered with the group commit now, so that a failed
+        # fsync fails each of them at once (durability.py). On one node under the fsync-
+        # per-write policy that is a future per partition (`durable_future`); elsewhere
+        # (a cluster, a relaxed policy with acks=all) a Task per partition runs `_wait`.
+        replicas = broker.replicas
+        pending: list[Any] = []
+        answered: list[tuple[PartitionProduceResponse, Partition, int]] = []
+        for entry in waits:
+            _, replica, offset = entry
+            if single_node and replica.leadership is None and syncs_every_write(replica.log):
+                fut = replicas.durable_future(replica.log, offset)
+                if fut is None:
+                    continue  # durable already
+                pending.append(fut)
+            else:
+                pending.append(_wait(broker, replica, acks, offset, timeout))
+            answered.append(entry)
+        outcomes = await asyncio.gather(*pending, return_exceptions=True) if pending else []
+        for (waited, _, _), outcome in zip(answered, outcomes, strict=True):
             if isinstance(outcome, ErrorCode) and outcome != ErrorCode.none:
                 waited.error_code = outcome  # REQUEST_TIMED_OUT, ..._AFTER_APPEND
                 if outcome != ErrorCode.not_enough_replicas_after_append:

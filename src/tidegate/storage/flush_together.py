@@ -1,0 +1,134 @@
+"""Make many logs durable with one syncfs(2) per log directory instead of an fsync each.
+
+With a thousand partitions each acknowledged write is its own fsync: measured on the
+CI machine's ext4, 1,000 files with 1 KiB appended each took 105-190 ms to fdatasync one
+by one, 56-84 ms on 8 threads, and 5-8 ms with ONE syncfs. `flush_together` runs in a
+worker thread (server/durability.py hands it a round of dirty logs): it captures what
+each log must make durable (`Log.begin_flush`: the log end, the segments, snapshots and
+directory to sync), calls syncfs once per log directory, then raises each log's
+recovery point to what it captured (`Log.end_flush`), exactly as `Log.flush` does.
+
+Why this is as durable as the fsyncs: syncfs writes back every dirty inode and data page
+of the file system, waits for them, and commits the journal with a cache flush before
+it returns — a superset of fdatasync on each captured file, of the directory fsync, and
+of the snapshot fsyncs (everything captured was written before the call).
+
+Errors: syncfs reports writeback errors since Linux 5.8 (`files.syncfs_reporting_errors`,
+None before: then this is never used). The call goes through a descriptor of the log
+directory opened when the broker started (`SyncfsDirs`), so its error cursor predates
+every write it covers: a descriptor opened at the call would not report a write lost to
+background writeback before it. On any syncfs error every log of the round falls back to
+`Log.flush` (fsync of each file: each file's own descriptor still reports its error, and
+the segments' dirty flags were left set), so the logs that lost writes fail and the
+others succeed, as without this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from tidegate.storage.files import syncfs_reporting_errors
+from tidegate.storage.log import FlushTicket, Log
+
+log = logging.getLogger(__name__)
+
+
+class SyncfsDirs:
+    """A long-lived descriptor per log directory to call syncfs on (module doc)."""
+
+    def __init__(self, dirs: Iterable[Path | str],
+                 syncfs: Callable[[int], None] | None = None) -> None:
+        self.syncfs = syncfs if syncfs is not None else syncfs_reporting_errors()
+        self._fds: dict[str, int] = {}  # log dir (as given and resolved) -> descriptor
+        self._lock = threading.Lock()
+        if self.syncfs is None:
+            return
+        for d in dirs:
+            path = Path(d)
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            except OSError as e:  # its logs keep the per-file fsyncs
+                log.warning("log directory %s: no syncfs for group commit (%s)", path, e)
+                continue
+            # a log's directory is <log dir>/<topic>-<n>, as given or resolved
+            self._fds[str(path)] = self._fds[str(path.resolve())] = fd
+
+    @property
+    def available(self) -> bool:
+        return self.syncfs is not None and bool(self._fds)
+
+    def log_dir(self, lg: Log) -> str | None:
+        """The log directory of `lg` if it has a descriptor here (strings, not Paths:
+        pathlib's parent and hash were a third of a 1,000-log round's CPU)."""
+        log_dir = os.path.dirname(str(lg.directory))
+        return log_dir if log_dir in self._fds else None
+
+    def sync(self, log_dir: str) -> None:
+        with self._lock:  # `close` never frees a descriptor under a running call
+            fd = self._fds.get(log_dir)
+            if fd is None or self.syncfs is None:
+                raise OSError(f"no syncfs descriptor for {log_dir}")
+            self.syncfs(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            fds, self._fds = self._fds, {}
+        for fd in set(fds.values()):
+            os.close(fd)
+
+
+def flush_together(logs: Sequence[Log], dirs: SyncfsDirs) -> list[int | OSError]:
+    """Flush every log in `logs` (in a worker thread); per log, its new recovery point
+    or the OSError that failed its flush. Logs outside `dirs` are flushed one by one."""
+    results: list[int | OSError] = [0] * len(logs)
+    begun: list[tuple[int, Log, FlushTicket]] = []
+    log_dirs: set[str] = set()
+    for i, lg in enumerate(logs):
+        log_dir = dirs.log_dir(lg)
+        if log_dir is None:
+            results[i] = _flush_one(lg)
+            continue
+        log_dirs.add(log_dir)
+        try:
+            ticket = lg.begin_flush()
+        except OSError as e:
+            results[i] = e
+            continue
+        if ticket is None:  # closed
+            results[i] = lg.recovery_point
+        else:
+            begun.append((i, lg, ticket))
+    failed: OSError | None = None
+    for log_dir in log_dirs:
+        try:
+            dirs.sync(log_dir)
+        except OSError as e:
+            failed = e
+            break
+    if failed is not None:
+        log.warning("syncfs failed (%s): fsyncing the %d logs of the round one by one",
+                    failed, len(begun))
+        for _, lg, ticket in begun:
+            lg.abort_flush(ticket)
+        for i, lg, _ in begun:
+            results[i] = _flush_one(lg)
+        return results
+    for i, lg, ticket in begun:
+        try:
+            lg.write_flush_epochs(ticket)
+        except OSError as e:
+            results[i] = lg.recovery_point if lg.abort_flush(ticket) else e
+            continue
+        results[i] = lg.end_flush(ticket)
+    return results
+
+
+def _flush_one(lg: Log) -> int | OSError:
+    try:
+        return lg.flush()
+    except OSError as e:
+        return e
