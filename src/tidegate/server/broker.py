@@ -124,7 +124,7 @@ class Broker:
     # -- lifecycle --------------------------------------------------------------------
 
     def load(self) -> None:
-        self.logs.load(progress=lambda msg: log.info("%s", msg))
+        self.logs.load(progress=lambda msg: log.info("%s", msg), freeze=True)
         self.replicas.load()
 
     def close(self) -> None:

@@ -240,12 +240,15 @@ def read_snapshot(path: Path) -> list[SnapshotEntry]:
 
 
 def read_latest_snapshot(
-    directory: Path, max_offset: int, min_offset: int = 0
+    directory: Path, max_offset: int, min_offset: int = 0,
+    snapshots: list[tuple[int, Path]] | None = None,
 ) -> tuple[int, list[SnapshotEntry]] | None:
     """The newest readable snapshot with min_offset <= offset <= max_offset, as
     (offset, entries). A corrupt one is logged, deleted (as Kafka does) and the next older
-    one tried; None if there is none."""
-    for offset, path in reversed(list_snapshots(directory)):
+    one tried; None if there is none. `snapshots`: the directory's `list_snapshots`, if
+    the caller has just listed it (a partition's open: one listing instead of two)."""
+    listed = list_snapshots(directory) if snapshots is None else snapshots
+    for offset, path in reversed(listed):
         if offset > max_offset:
             continue
         if offset < min_offset:

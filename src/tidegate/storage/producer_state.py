@@ -648,13 +648,15 @@ class ProducerStateManager:
         *,
         log_start_offset: int = 0,
         now_ms: int | None = None,
+        snapshots: list[tuple[int, Path]] | None = None,
     ) -> int | None:
         """Replace the state with the newest readable snapshot in
         [log_start_offset, max_offset]; corrupt ones are logged and deleted. Returns its
         offset (replay the log from there), or None (state empty, replay from the log
-        start). With `now_ms`, producers already expired are not loaded."""
+        start). With `now_ms`, producers already expired are not loaded. `snapshots`:
+        the directory's snapshot files if just listed (`list_snapshots`)."""
         self._clear()
-        found = read_latest_snapshot(directory, max_offset, log_start_offset)
+        found = read_latest_snapshot(directory, max_offset, log_start_offset, snapshots)
         if found is not None:
             off, entries = found
             expiration = self.producer_id_expiration_ms

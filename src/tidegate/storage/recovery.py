@@ -60,7 +60,7 @@ from tidegate.storage.files import (
     write_partition_metadata,
 )
 from tidegate.storage.markers import is_marker_batch, read_marker
-from tidegate.storage.producer_snapshot import delete_snapshots_above
+from tidegate.storage.producer_snapshot import delete_snapshots_above, list_snapshots
 from tidegate.storage.producer_state import CompletedTxn, ProducerStateManager
 from tidegate.storage.segment import LogSegment
 from tidegate.storage.txn_index import TxnIndex, TxnIndexEntry
@@ -293,8 +293,12 @@ def load_producer_state(
     """Rebuild `psm` for freshly loaded `segments`; returns the number of batches
     replayed (0 when a snapshot at the log end was found, e.g. after a clean shutdown)."""
     log_end = segments[-1].next_offset
-    delete_snapshots_above(directory, log_end)
-    loaded = psm.load_latest_snapshot(directory, log_end, log_start_offset=log_start_offset)
+    snapshots = list_snapshots(directory)  # listed once: a start opens 10,000 of these
+    if snapshots and snapshots[-1][0] > log_end:
+        delete_snapshots_above(directory, log_end)
+        snapshots = [(off, path) for off, path in snapshots if off <= log_end]
+    loaded = psm.load_latest_snapshot(
+        directory, log_end, log_start_offset=log_start_offset, snapshots=snapshots)
     start = log_start_offset if loaded is None else loaded
     return replay_producer_state(psm, segments, start, now_ms)
 
