@@ -1,0 +1,30 @@
+"""`tidegate COMMAND` builds only that command's parser: `serve` must not pay for
+importing every other command (about 0.7 s of a broker's start)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tidegate.cli.main import SUBCOMMANDS, build_parser
+
+
+def test_a_named_command_imports_only_its_own_module() -> None:
+    probe = ("import json, sys\n"
+             "from tidegate.cli.main import build_parser\n"
+             "build_parser('serve')\n"
+             "print(json.dumps([m for m in sys.modules if m.startswith('tidegate.cli.')]))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    loaded = set(json.loads(out))
+    assert "tidegate.cli.serve" in loaded
+    others = {f"tidegate.cli.{n}" for n in SUBCOMMANDS if n != "serve"}
+    assert not others & loaded, loaded
+
+
+def test_the_whole_parser_still_lists_every_command_and_extension() -> None:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(SUBCOMMANDS) <= set(sub.choices)  # type: ignore[arg-type]
+    topics = build_parser("topics").parse_args(["topics", "reassign", "--list"])
+    assert topics.command == "topics"
