@@ -33,6 +33,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from tidegate.protocol.flexible import read_uvarint, skip_tagged_fields
+
 Buffer = bytes | memoryview  # the listener hands big requests on as memoryviews
 
 _FIXED = {
@@ -115,22 +117,6 @@ def _plan(cls: Any) -> tuple[tuple[_F, ...], dict[int, _F], bool]:
     return tuple(regular), tagged, flexible
 
 
-def _uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise GuardError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise GuardError("varint too long")
-
-
 def _int(buf: Buffer, pos: int, size: int, end: int) -> int:
     if pos + size > end:
         raise GuardError("truncated integer")
@@ -140,7 +126,7 @@ def _int(buf: Buffer, pos: int, size: int, end: int) -> int:
 def _length(buf: Buffer, pos: int, end: int, flexible: bool, size: int) -> tuple[int, int]:
     """Read a length prefix; -1 means null. `size` is 2 or 4 for legacy prefixes."""
     if flexible:
-        n, pos = _uvarint(buf, pos, end)
+        n, pos = read_uvarint(buf, pos, end, GuardError)
         return n - 1, pos
     return _int(buf, pos, size, end), pos + size
 
@@ -151,19 +137,16 @@ def _walk(cls: Any, buf: Buffer, pos: int, end: int, flexible_override: bool | N
         flexible = flexible_override
     for spec in regular:
         pos = _field(spec, buf, pos, end, flexible)
-    if flexible:
-        count, pos = _uvarint(buf, pos, end)
-        if count > end - pos:
-            raise GuardError(f"{count} tagged fields in {end - pos} bytes")
-        for _ in range(count):
-            tag, pos = _uvarint(buf, pos, end)
-            size, pos = _uvarint(buf, pos, end)
-            if size > end - pos:
-                raise GuardError(f"tagged field {tag} of {size} bytes runs past the end")
-            tagged_spec = tagged.get(tag)
-            if tagged_spec is not None:
-                _field(tagged_spec, buf, pos, pos + size, flexible)
-            pos += size
+    if flexible and pos < end and buf[pos] == 0:
+        pos += 1  # no tagged fields, the usual case: a call less per structure
+    elif flexible:
+        visit = None
+        if tagged:
+            def visit(tag: int, start: int, stop: int) -> None:
+                tagged_spec = tagged.get(tag)
+                if tagged_spec is not None:
+                    _field(tagged_spec, buf, start, stop, flexible)
+        pos = skip_tagged_fields(buf, pos, end, GuardError, visit)
     return pos
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from tidegate.protocol.flexible import skip_tagged_fields
+
 _FIXED = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
 
@@ -54,37 +56,10 @@ def parse_request_header_prefix(frame: bytes | memoryview) -> tuple[RequestHeade
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
-def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise HeaderError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 35:
-            raise HeaderError("varint too long")
-
-
-def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise HeaderError("tagged field runs past the end of the request")
-    return pos
-
-
 def parse_request_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
     header, pos = parse_request_header_prefix(frame)
     if flexible:
-        pos = skip_tagged_fields(frame, pos)
+        pos = skip_tagged_fields(frame, pos, len(frame), HeaderError)
     return header, pos
 
 
@@ -111,5 +86,5 @@ def parse_response_header(frame: bytes | memoryview, flexible: bool) -> tuple[in
     (correlation_id,) = _I32.unpack_from(frame, 0)
     pos = 4
     if flexible:
-        pos = skip_tagged_fields(frame, pos)
+        pos = skip_tagged_fields(frame, pos, len(frame), HeaderError)
     return int(correlation_id), pos

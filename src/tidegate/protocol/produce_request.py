@@ -32,6 +32,8 @@ import datetime
 import struct
 from dataclasses import dataclass
 
+from tidegate.protocol.flexible import read_uvarint, skip_tagged_fields
+
 __all__ = [
     "MAX_VERSION",
     "MIN_VERSION",
@@ -78,25 +80,10 @@ class ProduceRequest:
     topic_data: tuple[TopicProduceData, ...]
 
 
-def _uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end:
-            raise ProduceDecodeError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:  # lengths and counts are 32-bit: at most 5 bytes
-            raise ProduceDecodeError("varint too long")
-
-
 def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
     """A length prefix (-1: null); `wide`: int32 when not flexible, else int16."""
     if flexible:
-        n, pos = _uvarint(buf, pos, end)
+        n, pos = read_uvarint(buf, pos, end, ProduceDecodeError)
         n -= 1
     elif wide:
         if pos + 4 > end:
@@ -135,19 +122,6 @@ def _count(buf: Buffer, pos: int, end: int, flexible: bool, what: str) -> tuple[
     return n, pos
 
 
-def _skip_tags(buf: Buffer, pos: int, end: int) -> int:
-    count, pos = _uvarint(buf, pos, end)
-    if count > end - pos:
-        raise ProduceDecodeError(f"{count} tagged fields in {end - pos} bytes")
-    for _ in range(count):
-        _tag, pos = _uvarint(buf, pos, end)
-        size, pos = _uvarint(buf, pos, end)
-        if size > end - pos:
-            raise ProduceDecodeError(f"a tagged field of {size} bytes runs past the end")
-        pos += size
-    return pos
-
-
 def decode(buf: Buffer, pos: int, version: int) -> tuple[ProduceRequest, int]:
     """The request whose body starts at `pos`, and the position after it."""
     end = len(buf)
@@ -173,11 +147,11 @@ def decode(buf: Buffer, pos: int, version: int) -> tuple[ProduceRequest, int]:
                 records = buf[pos : pos + n]
                 pos += n
             if flexible:
-                pos = _skip_tags(buf, pos, end)
+                pos = skip_tagged_fields(buf, pos, end, ProduceDecodeError)
             parts.append(PartitionProduceData(index, records))
         if flexible:
-            pos = _skip_tags(buf, pos, end)
+            pos = skip_tagged_fields(buf, pos, end, ProduceDecodeError)
         topics.append(TopicProduceData(name or "", tuple(parts)))
     if flexible:
-        pos = _skip_tags(buf, pos, end)
+        pos = skip_tagged_fields(buf, pos, end, ProduceDecodeError)
     return ProduceRequest(txn_id, acks, timeout * _MS, tuple(topics)), pos

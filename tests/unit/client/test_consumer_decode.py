@@ -75,6 +75,30 @@ def build_fetch(batches: list[Any]) -> tuple[bytes, int]:
     return bytes(out), offset
 
 
+def draw_fetch(batches: list[Any], data: st.DataObject
+               ) -> tuple[bytes, int, list[AbortedTransaction] | None, int]:
+    """A fetch of `batches` (maybe cut inside its last batch), a fetch offset, aborted
+    transactions (None: read_uncommitted) and max records per take, drawn from `data`."""
+    fetch, end = build_fetch(batches)
+    cut = data.draw(st.integers(0, 40), label="bytes cut off the end")
+    fetch = fetch[:len(fetch) - cut]  # a partial batch at the end is ignored
+    fetch_offset = data.draw(st.integers(0, end), label="fetch_offset")
+    aborted = data.draw(st.none() | st.lists(
+        st.builds(AbortedTransaction, st.just(7), st.integers(0, end)), max_size=2))
+    return fetch, fetch_offset, aborted, data.draw(st.integers(1, 7), label="max_records")
+
+
+def damaged_batch(records: list[Any], data: st.DataObject) -> bytes:
+    """A batch of `records` with 1-3 bytes after its header overwritten."""
+    batch = bytearray(build_batch(records))
+    size = peek_size(batch, 0)
+    assert size is not None
+    for _ in range(data.draw(st.integers(1, 3), label="damaged bytes")):
+        i = data.draw(st.integers(HEADER_SIZE, size - 1), label="byte")
+        batch[i] = data.draw(st.integers(0, 255), label="value")
+    return bytes(batch)
+
+
 @contextmanager
 def pure_python() -> Iterator[None]:
     saved = record._decode_records_c, record._decode_records_as_c
@@ -87,6 +111,9 @@ def pure_python() -> Iterator[None]:
 
 def outcome(data: bytes, fetch_offset: int, aborted: list[AbortedTransaction] | None,
             take: int) -> Any:
+    """The row path on `data`: the records taken `take` at a time, the position after
+    each take and the fetch's next offset; or the error's type and message (also
+    tests/unit/spark/test_columns.py's reference)."""
     try:
         pr = parse_partition_records(TP, fetch_offset, data, check_crcs=False,
                                      aborted=aborted)
@@ -96,7 +123,7 @@ def outcome(data: bytes, fetch_offset: int, aborted: list[AbortedTransaction] | 
     positions = []
     while not pr.exhausted:
         positions.append(pr.take(take, got))
-    return got, positions
+    return got, positions, pr.next_offset
 
 
 def assert_same_records(c: list[ConsumerRecord], py: list[ConsumerRecord]) -> None:
@@ -111,32 +138,21 @@ def assert_same_records(c: list[ConsumerRecord], py: list[ConsumerRecord]) -> No
 @FUZZ
 @given(batches=st.lists(batch_st, min_size=1, max_size=6), data=st.data())
 def test_c_records_equal_pure_python_records(batches: list[Any], data: st.DataObject) -> None:
-    fetch, end = build_fetch(batches)
-    cut = data.draw(st.integers(0, 40), label="bytes cut off the end")
-    fetch = fetch[:len(fetch) - cut]  # a partial batch at the end is ignored
-    fetch_offset = data.draw(st.integers(0, end), label="fetch_offset")
-    aborted = data.draw(st.none() | st.lists(
-        st.builds(AbortedTransaction, st.just(7), st.integers(0, end)), max_size=2))
-    take = data.draw(st.integers(1, 7), label="max_records")
+    fetch, fetch_offset, aborted, take = draw_fetch(batches, data)
     c = outcome(fetch, fetch_offset, aborted, take)
     with pure_python():
         py = outcome(fetch, fetch_offset, aborted, take)
-    assert c[1] == py[1]
+    assert c[1:] == py[1:]  # positions and next offset (or the error's message)
     assert_same_records(c[0], py[0])
 
 
 @FUZZ
 @given(records=st.lists(record_st, min_size=1, max_size=8), data=st.data())
 def test_damaged_records_raise_the_same_error(records: list[Any], data: st.DataObject) -> None:
-    batch = bytearray(build_batch(records))
-    size = peek_size(batch, 0)
-    assert size is not None
-    for _ in range(data.draw(st.integers(1, 3), label="damaged bytes")):
-        i = data.draw(st.integers(HEADER_SIZE, size - 1), label="byte")
-        batch[i] = data.draw(st.integers(0, 255), label="value")
-    c = outcome(bytes(batch), 0, None, 5)
+    batch = damaged_batch(records, data)
+    c = outcome(batch, 0, None, 5)
     with pure_python():
-        py = outcome(bytes(batch), 0, None, 5)
+        py = outcome(batch, 0, None, 5)
     if isinstance(py[0], type):
         assert c == py
     else:

@@ -19,15 +19,19 @@ pytest.importorskip("tidegate.records._columnar")
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.unit.client.test_consumer_decode import TP, batch_st, build_fetch, record_st
+from tests.unit.client.test_consumer_decode import (
+    TP,
+    batch_st,
+    build_fetch,
+    damaged_batch,
+    draw_fetch,
+    outcome,
+    record_st,
+)
 
 from tidegate.client.consumer.aborted import AbortedTransaction
 from tidegate.client.consumer.columns import parse_partition_columns
-from tidegate.client.consumer.state import parse_partition_records
-from tidegate.client.types import ConsumerRecord
 from tidegate.common.errors import CorruptRecordError, InvalidRecordError
-from tidegate.records.batch import HEADER_SIZE, peek_size
-from tidegate.records.builder import build_batch
 from tidegate.spark.arrow import columns_to_batch, records_to_batch
 
 FUZZ = settings(max_examples=60, deadline=None,
@@ -36,16 +40,8 @@ FUZZ = settings(max_examples=60, deadline=None,
 
 def rows(data: bytes, fetch_offset: int, aborted: list[AbortedTransaction] | None,
          take: int) -> Any:
-    try:
-        pr = parse_partition_records(TP, fetch_offset, data, check_crcs=False,
-                                     aborted=aborted)
-    except (CorruptRecordError, InvalidRecordError) as e:
-        return type(e)
-    got: list[ConsumerRecord] = []
-    positions = []
-    while not pr.exhausted:
-        positions.append(pr.take(take, got))
-    return got, positions, pr.next_offset
+    r = outcome(data, fetch_offset, aborted, take)
+    return r[0] if isinstance(r[0], type) else r  # an error: its type only
 
 
 def columns(data: bytes, fetch_offset: int, aborted: list[AbortedTransaction] | None,
@@ -113,13 +109,7 @@ def assert_same(data: bytes, fetch_offset: int, aborted: list[AbortedTransaction
 @FUZZ
 @given(batches=st.lists(batch_st, min_size=1, max_size=6), data=st.data())
 def test_columns_equal_the_row_path(batches: list[Any], data: st.DataObject) -> None:
-    fetch, end = build_fetch(batches)
-    cut = data.draw(st.integers(0, 40), label="bytes cut off the end")
-    fetch = fetch[:len(fetch) - cut]
-    fetch_offset = data.draw(st.integers(0, end), label="fetch_offset")
-    aborted = data.draw(st.none() | st.lists(
-        st.builds(AbortedTransaction, st.just(7), st.integers(0, end)), max_size=2))
-    take = data.draw(st.integers(1, 7), label="max_records")
+    fetch, fetch_offset, aborted, take = draw_fetch(batches, data)
     assert_same(fetch, fetch_offset, aborted, take, data.draw(st.booleans(), label="headers"))
 
 
@@ -127,13 +117,7 @@ def test_columns_equal_the_row_path(batches: list[Any], data: st.DataObject) -> 
 @given(records=st.lists(record_st, min_size=1, max_size=8), data=st.data())
 def test_damaged_records_fail_like_the_row_path(records: list[Any], data: st.DataObject
                                                 ) -> None:
-    batch = bytearray(build_batch(records))
-    size = peek_size(batch, 0)
-    assert size is not None
-    for _ in range(data.draw(st.integers(1, 3), label="damaged bytes")):
-        i = data.draw(st.integers(HEADER_SIZE, size - 1), label="byte")
-        batch[i] = data.draw(st.integers(0, 255), label="value")
-    assert_same(bytes(batch), 0, None, 5, True)
+    assert_same(damaged_batch(records, data), 0, None, 5, True)
 
 
 def test_an_aborted_transaction_and_its_marker_are_not_in_the_columns() -> None:

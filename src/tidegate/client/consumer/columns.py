@@ -7,11 +7,12 @@ keys and values each as one data buffer with int32 offsets and a validity bitmap
 optionally the headers — Arrow's layout, so `pyarrow.Array.from_buffers` wraps them
 without a Python object per record (`spark.arrow.columns_to_batch` does).
 
-`parse_partition_columns` walks the batches exactly as `state.parse_partition_records`
-(header and CRC checks, decompression, control batches and — read_committed — aborted
-transactions dropped, records before the fetch offset skipped, a trailing partial batch
-ignored, the same `next_offset`), then decodes all kept batches in one C call. Batches
-it drops are still decoded (and so checked) as the row path does.
+`parse_partition_columns` walks the batches with `state.parse_partition_records`' walk
+(`batch_walk.walk_batches`: header and CRC checks, decompression, control batches and —
+read_committed — aborted transactions dropped, a trailing partial batch ignored), skips
+records before the fetch offset and reaches the same `next_offset`, then decodes all
+kept batches in one C call. Batches it drops are still decoded (and so checked) as the
+row path does.
 
 `PartitionColumns` plays `PartitionRecords`' part in the fetch buffer: `take_columns`
 hands out a `ColumnSlice` (rows ``[start, stop)`` of the decoded fetch) and the new
@@ -25,11 +26,10 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from tidegate.client.consumer.aborted import AbortedFilter, AbortedTransaction
+from tidegate.client.consumer.aborted import AbortedTransaction
+from tidegate.client.consumer.batch_walk import walk_batches
 from tidegate.client.types import ConsumerRecord, TopicPartition
-from tidegate.common.errors import CorruptRecordError
-from tidegate.records.batch import HEADER_SIZE, peek_size
-from tidegate.records.record import Record, RecordTuple, decode_record_tuples, read_batch
+from tidegate.records.record import Record
 
 __all__ = ["COLUMNAR", "ColumnSlice", "PartitionColumns", "RecordColumns",
            "parse_partition_columns"]
@@ -71,9 +71,6 @@ class ColumnSlice(NamedTuple):
 
     def offset_at(self, i: int) -> int:
         return int.from_bytes(self.columns.offsets[8 * i:8 * i + 8], "little", signed=True)
-
-
-_NO_RECORDS: list[RecordTuple] = []
 
 
 class PartitionColumns:
@@ -120,41 +117,21 @@ def parse_partition_columns(
     include_headers: bool = False,
 ) -> PartitionColumns:
     """`state.parse_partition_records`, as columns (module docstring)."""
-    txn_filter = None if aborted is None else AbortedFilter(aborted)
     kept: list[tuple[bytes, int, int, int, int | None, int]] = []
     dropped: list[tuple[bytes, int, int, int, int | None, int]] = []
     next_offset = fetch_offset
-    pos = 0
-    end = len(data) if data else 0
-    while data and pos < end:
-        size = peek_size(data, pos)
-        if size is None or size > end - pos:
-            if size is not None and size < HEADER_SIZE:
-                raise CorruptRecordError(
-                    f"record batch at byte {pos} of the fetch for "
-                    f"{tp.topic}-{tp.partition} is too short")
-            break
-        header, section = read_batch(data, pos, check_crc=check_crcs)
-        pos += size
-        is_control = header.is_control
-        control = decode_record_tuples(header, section) if is_control else _NO_RECORDS
+    for header, section, keep, before_fetch in walk_batches(
+            tp, fetch_offset, data, check_crcs, aborted):
+        if not before_fetch:
+            next_offset = header.next_offset
+        if header.is_control:
+            continue
         ts_type = header.timestamp_type
         item = (section, header.records_count, header.base_offset, header.base_timestamp,
                 header.max_timestamp if ts_type else None, ts_type)
-        keep = not is_control
-        if txn_filter is not None:  # sees every batch, also those before fetch_offset
-            keep = txn_filter.accept(
-                last_offset=header.last_offset, producer_id=header.producer_id,
-                is_transactional=header.is_transactional, is_control=is_control,
-                records=control)
-        if header.next_offset <= fetch_offset:
-            if not is_control:
-                dropped.append(item)
-            continue
-        next_offset = header.next_offset
-        if keep:
+        if keep and not before_fetch:
             kept.append(item)
-        elif not is_control:
+        else:
             dropped.append(item)
     decode = _decode
     if decode is None:
@@ -162,4 +139,5 @@ def parse_partition_columns(
     if dropped:  # checked like the row path checks them, then thrown away
         decode(dropped, 0, False)
     columns = RecordColumns(*decode(kept, fetch_offset, include_headers))
-    return PartitionColumns(tp, fetch_offset, columns, next_offset, end)
+    return PartitionColumns(tp, fetch_offset, columns, next_offset,
+                            len(data) if data else 0)

@@ -28,8 +28,9 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
+from typing import TypeVar
 
 from tidegate.client.config import ConsumerConfig
 from tidegate.client.consumer.columns import COLUMNAR, ColumnSlice, PartitionColumns
@@ -41,7 +42,7 @@ from tidegate.client.consumer.group import (  # consumer groups
 )
 from tidegate.client.consumer.group_offsets import InvalidGroupIdError, OffsetAndMetadata
 from tidegate.client.consumer.positions import ConsumerPositions, PartitionLike, as_tp
-from tidegate.client.consumer.state import Assignment
+from tidegate.client.consumer.state import Assignment, PartitionRecords
 from tidegate.client.errors import ClientClosedError
 from tidegate.client.metadata import MetadataClient
 from tidegate.client.net import NetworkClient
@@ -53,6 +54,11 @@ __all__ = ["AsyncConsumer", "PartitionLike", "TopicsLike"]
 log = logging.getLogger("tidegate.client.consumer")
 
 TopicsLike = Iterable[str | re.Pattern[str]] | str | re.Pattern[str]
+
+_Out = TypeVar("_Out", list[ConsumerRecord], dict[TopicPartition, list[Record]],
+               dict[TopicPartition, list[ColumnSlice]])
+_Item = TypeVar("_Item", Record, ColumnSlice)
+PartitionData = PartitionRecords | PartitionColumns  # what the fetcher buffers
 
 
 class AsyncConsumer(ConsumerPositions):
@@ -232,13 +238,11 @@ class AsyncConsumer(ConsumerPositions):
         if self._group is not None:
             await self._group.poll(deadline)
 
-    async def poll(self, timeout_ms: int = 1000,
-                   max_records: int | None = None) -> list[ConsumerRecord]:
-        """Records fetched from the assigned partitions, waiting up to `timeout_ms` for
-        some to arrive; an empty list if none did."""
-        self._no_columns("poll")
+    async def _poll_loop(self, timeout_ms: int, drain: Callable[[Fetcher], _Out]) -> _Out:
+        """The loop of `poll`, `poll_batches` and `poll_columns`: group work, then
+        `drain` (what is buffered; empty if nothing), waiting for data until
+        `timeout_ms` has passed."""
         fetcher = self._started()
-        limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         if self._group is not None:
             self._group.poll_started()
@@ -247,53 +251,52 @@ class AsyncConsumer(ConsumerPositions):
                 await self._group_poll(deadline)
                 fetcher.data_ready.clear()  # before draining, so no arrival is missed
                 self._raise_pending()
-                out = self._drain(fetcher, limit)
+                out = drain(fetcher)
                 if out or not await self._wait(fetcher, deadline):
                     return out
         finally:
             if self._group is not None:
                 self._group.poll_finished()
 
+    def _drain_parts(self, fetcher: Fetcher, limit: int,
+                     take: Callable[[PartitionData, int], tuple[list[_Item], int | None, int]]
+                     ) -> dict[TopicPartition, list[_Item]]:
+        """`_drain` grouped by partition: `take(buffered, room)` gives a partition's
+        next items, its new position and how many records they hold."""
+        out: dict[TopicPartition, list[_Item]] = {}
+        taken = 0
+        for tp in self._ready_partitions(fetcher):
+            while taken < limit and (pr := fetcher.buffered.get(tp)) is not None:
+                items, position, n = take(pr, limit - taken)
+                if position is not None:
+                    self._assignment.partitions[tp].position = position
+                if items:
+                    if tp in out:
+                        out[tp] += items
+                    else:
+                        out[tp] = items
+                    taken += n
+                if not pr.exhausted:
+                    break
+                fetcher.drained(tp)
+        return out
+
+    async def poll(self, timeout_ms: int = 1000,
+                   max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records fetched from the assigned partitions, waiting up to `timeout_ms` for
+        some to arrive; an empty list if none did."""
+        self._no_columns("poll")
+        limit = max_records or self.config.max_poll_records
+        return await self._poll_loop(timeout_ms, lambda f: self._drain(f, limit))
+
     async def poll_batches(self, timeout_ms: int = 1000, max_records: int | None = None
                            ) -> dict[TopicPartition, list[Record]]:
         """Like `poll`, grouped by partition, returning the decoded records as they are
         (no per-record wrapper; `Record.timestamp` and `.offset` are absolute)."""
         self._no_columns("poll_batches")
-        fetcher = self._started()
         limit = max_records or self.config.max_poll_records
-        deadline = time.monotonic() + timeout_ms / 1000
-        if self._group is not None:
-            self._group.poll_started()
-        try:
-            return await self._poll_batches(fetcher, limit, deadline)
-        finally:
-            if self._group is not None:
-                self._group.poll_finished()
-
-    async def _poll_batches(self, fetcher: Fetcher, limit: int, deadline: float
-                            ) -> dict[TopicPartition, list[Record]]:
-        while True:
-            await self._group_poll(deadline)
-            fetcher.data_ready.clear()
-            self._raise_pending()
-            out: dict[TopicPartition, list[Record]] = {}
-            taken = 0
-            for tp in self._ready_partitions(fetcher):
-                while taken < limit and (pr := fetcher.buffered.get(tp)) is not None:
-                    records, position = pr.take_raw(limit - taken)
-                    if position is not None:
-                        self._assignment.partitions[tp].position = position
-                    if records:
-                        if tp in out:
-                            out[tp].extend(records)
-                        else:
-                            out[tp] = records
-                        taken += len(records)
-                    if not pr.exhausted:
-                        break
-                    fetcher.drained(tp)
-            if out or not await self._wait(fetcher, deadline):
-                return out
+        return await self._poll_loop(
+            timeout_ms, lambda f: self._drain_parts(f, limit, _take_records))
 
     def _no_columns(self, what: str) -> None:
         if self._columns is not None:
@@ -319,35 +322,9 @@ class AsyncConsumer(ConsumerPositions):
         `use_columns`); positions move as with `poll`."""
         if self._columns is None:
             raise TypeError("call use_columns() before poll_columns()")
-        fetcher = self._started()
         limit = max_records or self.config.max_poll_records
-        deadline = time.monotonic() + timeout_ms / 1000
-        if self._group is not None:
-            self._group.poll_started()
-        try:
-            while True:
-                await self._group_poll(deadline)
-                fetcher.data_ready.clear()
-                self._raise_pending()
-                out: dict[TopicPartition, list[ColumnSlice]] = {}
-                taken = 0
-                for tp in self._ready_partitions(fetcher):
-                    while taken < limit and (pr := fetcher.buffered.get(tp)) is not None:
-                        assert isinstance(pr, PartitionColumns)
-                        chunk, position = pr.take_columns(limit - taken)
-                        if position is not None:
-                            self._assignment.partitions[tp].position = position
-                        if chunk is not None:
-                            out.setdefault(tp, []).append(chunk)
-                            taken += chunk.stop - chunk.start
-                        if not pr.exhausted:
-                            break
-                        fetcher.drained(tp)
-                if out or not await self._wait(fetcher, deadline):
-                    return out
-        finally:
-            if self._group is not None:
-                self._group.poll_finished()
+        return await self._poll_loop(
+            timeout_ms, lambda f: self._drain_parts(f, limit, _take_columns))
 
     def __aiter__(self) -> AsyncConsumer:
         return self
@@ -361,3 +338,16 @@ class AsyncConsumer(ConsumerPositions):
         record = self._iter_buf[self._iter_pos]
         self._iter_pos += 1
         return record
+
+
+def _take_records(pr: PartitionData, room: int) -> tuple[list[Record], int | None, int]:
+    records, position = pr.take_raw(room)
+    return records, position, len(records)
+
+
+def _take_columns(pr: PartitionData, room: int) -> tuple[list[ColumnSlice], int | None, int]:
+    assert isinstance(pr, PartitionColumns)
+    chunk, position = pr.take_columns(room)
+    if chunk is None:
+        return [], position, 0
+    return [chunk], position, chunk.stop - chunk.start

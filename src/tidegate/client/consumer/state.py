@@ -22,17 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tidegate.client.consumer.aborted import AbortedFilter, AbortedTransaction
+from tidegate.client.consumer.aborted import AbortedTransaction
+from tidegate.client.consumer.batch_walk import walk_batches
 from tidegate.client.types import ConsumerRecord, TopicPartition
-from tidegate.common.errors import CorruptRecordError
-from tidegate.records.batch import HEADER_SIZE, peek_size
-from tidegate.records.record import (
-    Record,
-    RecordTuple,
-    decode_record_objects,
-    decode_record_tuples,
-    read_batch,
-)
+from tidegate.records.record import Record, decode_record_objects
 
 __all__ = [
     "EARLIEST",
@@ -43,7 +36,6 @@ __all__ = [
     "parse_partition_records",
 ]
 
-_NO_RECORDS: list[RecordTuple] = []  # never appended to
 _NO_CONSUMER_RECORDS: list[ConsumerRecord] = []  # never appended to
 
 EARLIEST = -2  # ListOffsets timestamp meaning "log start offset"
@@ -202,40 +194,19 @@ def parse_partition_records(
 
     `aborted` (read_committed: the fetch's aborted transactions, possibly empty) turns
     on `AbortedFilter`: batches of aborted transactions are dropped too. None
-    (read_uncommitted) keeps them.
+    (read_uncommitted) keeps them. The batch walk is `batch_walk.walk_batches`, shared
+    with `columns.parse_partition_columns`.
     """
-    txn_filter = None if aborted is None else AbortedFilter(aborted)
     topic, partition = tp
     batches: list[list[ConsumerRecord]] = []
     next_offset = fetch_offset
-    pos = 0
-    end = len(data) if data else 0
-    while data and pos < end:
-        size = peek_size(data, pos)
-        if size is None or size > end - pos:
-            if size is not None and size < HEADER_SIZE:
-                raise CorruptRecordError(
-                    f"record batch at byte {pos} of the fetch for "
-                    f"{tp.topic}-{tp.partition} is too short"
-                )
-            break
-        header, section = read_batch(data, pos, check_crc=check_crcs)
-        pos += size
-        is_control = header.is_control
-        # Control records stay tuples (only the aborted filter reads them); data
-        # records are decoded as what `take` hands out. Both are decoded (checked)
+    for header, section, keep, before_fetch in walk_batches(
+            tp, fetch_offset, data, check_crcs, aborted):
+        # Data records are decoded as what `take` hands out, and decoded (checked)
         # even when the batch is then dropped, as before.
-        control: list[RecordTuple] = (decode_record_tuples(header, section)
-                                      if is_control else _NO_RECORDS)
-        records = (_NO_CONSUMER_RECORDS if is_control else
+        records = (_NO_CONSUMER_RECORDS if header.is_control else
                    decode_record_objects(header, section, ConsumerRecord, topic, partition))
-        keep = not is_control
-        if txn_filter is not None:  # sees every batch, also those before fetch_offset
-            keep = txn_filter.accept(
-                last_offset=header.last_offset, producer_id=header.producer_id,
-                is_transactional=header.is_transactional, is_control=is_control,
-                records=control)
-        if header.next_offset <= fetch_offset:
+        if before_fetch:
             continue
         next_offset = header.next_offset
         if not keep or not records:
@@ -243,4 +214,5 @@ def parse_partition_records(
         if records[0].offset < fetch_offset:
             records = [r for r in records if r.offset >= fetch_offset]
         batches.append(records)
-    return PartitionRecords(tp, fetch_offset, batches, next_offset, end)
+    return PartitionRecords(tp, fetch_offset, batches, next_offset,
+                            len(data) if data else 0)
