@@ -157,12 +157,25 @@ def tidegate_read_blocking(bootstrap: str, topic: str, isolation: str
 
 
 def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
-    c = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": "hw"})
+    """Each partition's high watermark once the last transaction's markers are written:
+    commit_transaction() returns when the commit is decided, before its markers (as in
+    Kafka), so until then the last stable offset trails the high watermark."""
+    ends = {}
+    for isolation in ("read_uncommitted", "read_committed"):
+        c = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": "hw",
+                               "isolation.level": isolation})
+        ends[isolation] = c
     try:
-        return {p: c.get_watermark_offsets(CTP(topic, p), timeout=10, cached=False)[1]
-                for p in range(PARTITIONS)}
+        deadline = time.monotonic() + 10
+        while True:
+            hw, lso = ({p: c.get_watermark_offsets(CTP(topic, p), timeout=10, cached=False)[1]
+                        for p in range(PARTITIONS)} for c in ends.values())
+            if hw == lso or time.monotonic() > deadline:
+                return hw
+            time.sleep(0.05)
     finally:
-        c.close()
+        for c in ends.values():
+            c.close()
 
 
 def test_read_committed_returns_exactly_the_committed_records(rc_broker: BrokerProcess
