@@ -44,6 +44,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from tidegate.common.errors import ErrorCode, KafkaError
@@ -84,6 +85,8 @@ class CoordinatorShell(Generic[S]):
         self._parked: dict[int, tuple[int, asyncio.Future[object]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._loading: set[asyncio.Task[None]] = set()
+        # durability waits `_finish_later` follows with a callback (cancelled by stop)
+        self._durable_waits: set[asyncio.Future[None]] = set()
         self._wake: asyncio.Event | None = None  # made in start(), on the running loop
         self._timer_due: int | None = None  # when the timer task wakes up (clock ms)
         self._durable: dict[int, int] = {}  # partition -> durable end last reported
@@ -183,6 +186,8 @@ class CoordinatorShell(Generic[S]):
     async def stop(self) -> None:
         for task in [*self._tasks, *self._loading]:
             task.cancel()
+        for fut in list(self._durable_waits):
+            fut.cancel()
         for task in [*self._tasks, *self._loading]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -348,7 +353,7 @@ class CoordinatorShell(Generic[S]):
                 # meanwhile then covers these records instead of being followed by one
                 # that finds nothing new
                 self._appended(partition, outcome)
-                self._background(self._finish_quietly(partition, outcome, told=True))
+                self._finish_later(partition, outcome, told=True)
                 return outcome.result.response
         try:
             await self._finish(partition, outcome)
@@ -408,6 +413,14 @@ class CoordinatorShell(Generic[S]):
         try:
             await self.broker.wait_durable(outcome.log, outcome.end_offset)
         except Exception as e:
+            self._settle(partition, outcome, e)  # raises COORDINATOR_NOT_AVAILABLE
+            raise
+        self._settle(partition, outcome, None)
+
+    def _settle(self, partition: int, outcome: Outcome[R], e: BaseException | None) -> None:
+        """What follows an outcome's durability wait (`e`: how the wait failed; then
+        this raises COORDINATOR_NOT_AVAILABLE)."""
+        if e is not None:
             err = CoordinatorNotAvailableError(f"{self.topic}-{partition}: {e}")
             for token, _ in outcome.result.replies:
                 entry = self._parked.pop(token, None)
@@ -479,12 +492,41 @@ class CoordinatorShell(Generic[S]):
                 if outcome is None:
                     break
                 if outcome.appended or outcome.result.replies:
-                    self._background(self._finish_quietly(p, outcome))
+                    self._finish_later(p, outcome)
 
     def _background(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.create_task(coro)
         self._loading.add(task)
         task.add_done_callback(self._loading.discard)
+
+    def _finish_later(self, partition: int, outcome: Outcome[R], *,
+                      told: bool = False) -> None:
+        """`_finish` in the background, its errors dropped (they reload the partition
+        and fail its parked replies). On one node under the fsync-per-write policy a
+        callback on the group commit's future (`durable_future`), not a Task: two per
+        one-record transaction (AddPartitionsToTxn, CompleteCommit)."""
+        replicas = self.broker.replicas
+        lg = outcome.log
+        if replicas.cluster or not replicas.syncs_every_write(lg):
+            self._background(self._finish_quietly(partition, outcome, told=told))
+            return
+        if not told:
+            self._appended(partition, outcome)
+        fut = replicas.durable_future(lg, outcome.end_offset)
+        if fut is None:  # durable already
+            with contextlib.suppress(KafkaError):
+                self._settle(partition, outcome, None)
+            return
+        self._durable_waits.add(fut)
+        fut.add_done_callback(partial(self._durable_done, partition, outcome))
+
+    def _durable_done(self, partition: int, outcome: Outcome[R],
+                      fut: asyncio.Future[None]) -> None:
+        self._durable_waits.discard(fut)
+        if fut.cancelled():  # the coordinator stopped
+            return
+        with contextlib.suppress(KafkaError):
+            self._settle(partition, outcome, fut.exception())
 
     async def _finish_quietly(self, partition: int, outcome: Outcome[R], *,
                               told: bool = False) -> None:

@@ -4,7 +4,7 @@ After an append, the produce path calls `wait_durable(log, offset)`. Each log ha
 most one flush running at a time, in a worker thread (never on the event loop); when it
 ends, every waiter whose offset is now below that log's recovery point is woken, and if
 more data or waiters arrived meanwhile the log is flushed again. So one fsync covers
-every request waiting on that log when it starts, and logs never wait for each other:
+every request waiting on that log when it starts, and logs never queue behind each other:
 a transaction's coordinator log, its data partitions and its markers are fsynced side by
 side (at most `FSYNC_THREADS` at once; the kernel merges concurrent syncs — 8 files took
 0.6 ms together against 1.3-1.8 ms one after another on the CI machine's disk). No fsync
@@ -14,15 +14,21 @@ and a queued flush is dropped if the one before it, reading the log end later th
 was asked for, already reached the end (about one fsync in three under the one-record
 transaction bench was such a no-op, and the next append waited behind it).
 
-Many logs at once (a Produce over 1,000 partitions): the logs whose flush starts in
-one loop iteration are handed out together. From `syncfs_threshold` logs on
-(`log.flush.syncfs.threshold`, `use_syncfs`) they are made durable in one worker job
-with one syncfs(2) per log directory instead of an fsync each
-(storage/flush_together.py: why that is as durable, and how a failed syncfs falls back
-to per-file fsyncs); below it, or with the setting at 0, each is flushed on its own as
-above. Either way every log's waiters, recovery point and high watermark are handled
-one log at a time when the job ends, exactly as for a flush of its own. The produce
-path registers its waits with `durable_future`, a future per partition, not a Task.
+The logs whose flush starts in one loop iteration form a round, handed to a fixed set
+of flush threads together and handed back to the loop in ONE call when the last of
+them is done (`_Round`, `_FlushThreads`): a ThreadPoolExecutor `submit` and a
+`call_soon_threadsafe` per log were about a tenth of the loop's time per one-record
+transaction. Below `syncfs_threshold` logs each log of a round is fsynced in a thread
+of its own, side by side as above (one thread running them one after another would add
+their latencies; a round's quickest fsync is answered with its slowest, and side by side
+they end close together). From the threshold on (`log.flush.syncfs.threshold`, `use_syncfs`; a
+Produce over 1,000 partitions) the round is made durable in one thread with one
+syncfs(2) per log directory instead of an fsync each (storage/flush_together.py: why
+that is as durable, and how a failed syncfs falls back to per-file fsyncs). Either way
+every log's waiters, recovery point and high watermark are handled one log at a time
+when the round ends, exactly as for a flush of its own, and a failed flush fails only
+its own log's waiters. The produce path and the coordinators' background waits register
+with `durable_future`, a future per partition, not a Task.
 
 When the flush policy is relaxed (`log.flush.interval.messages` > 1 or a
 `flush.messages` topic override), the caller does not wait; the scheduler flushes by
@@ -42,11 +48,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Protocol
 
 from tidegate.storage.disk_space import disk_full_error
@@ -56,7 +63,6 @@ from tidegate.storage.log import Log
 log = logging.getLogger(__name__)
 
 FSYNC_THREADS = 8
-_POOL = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="fsync")
 RETRY_S = (0.05, 2.0)  # a failed flush is tried again after this, doubling
 
 
@@ -68,6 +74,94 @@ class Flushable(Protocol):
     def log_end_offset(self) -> int: ...
 
     def flush(self) -> int: ...
+
+
+class _Round:
+    """The logs handed to the flush threads in one loop iteration, and what became of
+    each: its new recovery point, or what its flush raised. The thread that ends the
+    round's last part hands the whole round back to the loop in one call."""
+
+    __slots__ = ("began", "done", "left", "lock", "logs", "loop", "results")
+
+    def __init__(self, logs: list[Flushable], parts: int, loop: asyncio.AbstractEventLoop,
+                 done: Callable[[_Round], None]) -> None:
+        self.logs = logs
+        self.results: list[int | BaseException] = [0] * len(logs)
+        self.left = parts
+        self.lock = threading.Lock()
+        self.loop = loop
+        self.done = done
+        self.began = time.perf_counter()
+
+    def run(self, part: Sequence[int], dirs: SyncfsDirs | None) -> None:
+        """In a flush thread: flush the logs at `part` (with one syncfs per log
+        directory when `dirs` is given), then, if this was the last part, wake the loop."""
+        try:
+            if dirs is not None:
+                logs = [self.logs[i] for i in part]
+                outcomes = flush_together([lg for lg in logs if isinstance(lg, Log)], dirs)
+                for i, outcome in zip(part, outcomes, strict=True):
+                    self.results[i] = outcome
+            else:
+                for i in part:
+                    try:
+                        self.results[i] = self.logs[i].flush()
+                    except BaseException as e:  # the loop fails this log's waiters
+                        self.results[i] = e
+        except BaseException as e:  # a bug in flush_together: fail the part's logs
+            for i in part:
+                self.results[i] = e
+        with self.lock:
+            self.left -= 1
+            last = self.left == 0
+        if last:
+            _call_in(self.loop, self.done, self)
+
+
+class _FlushThreads:
+    """A fixed set of daemon threads that run the parts of flush rounds. A round costs
+    the loop one `SimpleQueue.put` per part and one wake-up when it ends, where a
+    ThreadPoolExecutor cost a `submit` (a Future, a work item, a lock) and a
+    `call_soon_threadsafe` per log: about a tenth of the loop's time per one-record
+    transaction. Daemon threads: at exit nobody waits for a flush still running (its
+    waiters were never answered, so nothing unflushed was acknowledged)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._queue: SimpleQueue[tuple[_Round, Sequence[int], SyncfsDirs | None]] = \
+            SimpleQueue()
+        self._started = 0
+        self._lock = threading.Lock()
+
+    def run(self, rnd: _Round, part: Sequence[int], dirs: SyncfsDirs | None = None) -> None:
+        if self._started < self.size:
+            self._start_one()
+        self._queue.put((rnd, part, dirs))
+
+    def _start_one(self) -> None:
+        with self._lock:
+            if self._started >= self.size:
+                return
+            self._started += 1
+            threading.Thread(target=self._work, name=f"fsync-{self._started}",
+                             daemon=True).start()
+
+    def _work(self) -> None:
+        get = self._queue.get
+        while True:
+            rnd, part, dirs = get()
+            rnd.run(part, dirs)
+
+    def after_fork(self) -> None:
+        """In a forked child: none of the threads came along; start afresh."""
+        self._queue = SimpleQueue()
+        self._started = 0
+        self._lock = threading.Lock()
+
+
+_THREADS = _FlushThreads(FSYNC_THREADS)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_THREADS.after_fork)
 
 
 class GroupCommit:
@@ -99,7 +193,7 @@ class GroupCommit:
         self._syncfs: SyncfsDirs | None = None
         self.syncfs_threshold = 0
         self.syncfs_rounds = 0
-        self._batch: list[Log] = []  # logs to flush, queued in this loop iteration
+        self._batch: list[Flushable] = []  # logs to flush, queued in this loop iteration
 
     def use_syncfs(self, log_dirs: Iterable[Path | str], threshold: int) -> bool:
         """Flush rounds of `threshold` logs or more with syncfs (0: never). False if
@@ -189,70 +283,47 @@ class GroupCommit:
                 self._on_flushed(target, point)
                 self._release(target)
                 continue
-            began = time.perf_counter()
             self._covering[key] = target.log_end_offset
-            if self._syncfs is not None and isinstance(target, Log):
-                # flushed with the other logs that need one in this loop iteration (a
-                # log outside the syncfs dirs is fsynced alone there: flush_together)
-                self._batch.append(target)
-                if len(self._batch) == 1:
-                    asyncio.get_running_loop().call_soon(self._submit_batch)
-                return
-            loop = asyncio.get_running_loop()
-            try:
-                done = _POOL.submit(target.flush)
-            except Exception as e:  # the pool is shut down (the process is exiting)
-                self._failed(target, e)
-                continue
-            done.add_done_callback(partial(_call_in, loop, self._flushed, target, began))
+            # flushed with the other logs that need one in this loop iteration: handed
+            # to the flush threads together, and back to the loop in one call
+            self._batch.append(target)
+            if len(self._batch) == 1:
+                asyncio.get_running_loop().call_soon(self._submit_batch)
             return
         self._running.discard(key)
         self._covering.pop(key, None)
 
     def _submit_batch(self) -> None:
-        """The logs `_next_flush` queued in one loop iteration: under the threshold each
-        is flushed on its own, as without syncfs; from it on, all with one syncfs per log
-        directory (storage/flush_together.py)."""
+        """The logs `_next_flush` queued in one loop iteration: from the syncfs threshold
+        on, all with one syncfs per log directory in one thread (storage/
+        flush_together.py); below it each log in a thread of its own, side by side (up to
+        `FSYNC_THREADS`; the kernel merges concurrent fsyncs, where one thread would run
+        them one after another)."""
         batch, self._batch = self._batch, []
-        loop = asyncio.get_running_loop()
-        began = time.perf_counter()
         syncfs = self._syncfs
-        submitted = 0
-        try:
-            if len(batch) >= self.syncfs_threshold and syncfs is not None:
-                job = _POOL.submit(flush_together, batch, syncfs)
-                submitted = len(batch)
-                job.add_done_callback(partial(_call_in, loop, self._batch_flushed, batch, began))
-                self.syncfs_rounds += 1
-                return
-            for target in batch:
-                done = _POOL.submit(target.flush)
-                submitted += 1
-                done.add_done_callback(partial(_call_in, loop, self._flushed, target, began))
-        except Exception as e:  # the pool is shut down (the process is exiting)
-            for target in batch[submitted:]:
-                self._failed(target, e)
-                self._step(target)
+        if (syncfs is not None and len(batch) >= self.syncfs_threshold
+                and all(isinstance(t, Log) for t in batch)):
+            rnd = _Round(batch, 1, asyncio.get_running_loop(), self._round_flushed)
+            self.syncfs_rounds += 1
+            _THREADS.run(rnd, range(len(batch)), syncfs)
+            return
+        parts = min(len(batch), _THREADS.size)
+        rnd = _Round(batch, parts, asyncio.get_running_loop(), self._round_flushed)
+        for p in range(parts):
+            _THREADS.run(rnd, range(p, len(batch), parts))
 
-    def _batch_flushed(self, batch: list[Log], began: float,
-                       done: Future[list[int | OSError]]) -> None:
-        """On the loop, once `flush_together` has ended: each log as if flushed alone."""
-        e = done.exception()
-        results: list[int | OSError] | list[BaseException] = (
-            done.result() if e is None else [e] * len(batch))
+    def _round_flushed(self, rnd: _Round) -> None:
+        """On the loop, once every log of the round is flushed (or failed): each as if
+        flushed alone."""
         raised: BaseException | None = None
-        for target, outcome in zip(batch, results, strict=True):
+        for target, outcome in zip(rnd.logs, rnd.results, strict=True):
             try:
-                self._flush_done(target, began,
+                self._flush_done(target, rnd.began,
                                  outcome if isinstance(outcome, BaseException) else None)
             except BaseException as bug:  # the others' waiters still get their answer
                 raised = raised or bug
         if raised is not None:
             raise raised
-
-    def _flushed(self, target: Flushable, began: float, done: Future[int]) -> None:
-        """On the loop, once the flush handed to the pool has ended."""
-        self._flush_done(target, began, done.exception())
 
     def _flush_done(self, target: Flushable, began: float, e: BaseException | None) -> None:
         key = id(target)

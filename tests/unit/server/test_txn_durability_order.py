@@ -278,3 +278,38 @@ def test_coordinator_records_take_the_broker_built_path_and_reload_alike(
             await _stop(b)
 
     asyncio.run(main())
+
+
+def test_an_answered_adds_durability_wait_is_a_callback_that_waits_for_the_fsync(
+        tmp_path: Path) -> None:
+    """What follows an add answered before its fsync (reporting the log durable to the
+    transaction coordinator, replies to parked requests) runs in a callback on the group
+    commit's future, with no Task per operation; it still runs only once the fsync has
+    returned."""
+    async def main() -> None:
+        b, state, _data, pid, epoch = await _started(tmp_path)
+        shell = b.txn_coordinator.shell
+        gate = _hold_fsync(state)
+        try:
+            tasks = len(asyncio.all_tasks())
+            ctx = RequestContext(24, 3, 1, "c", "peer")
+            resp = await asyncio.wait_for(handle_add_partitions(b, ctx, _add(pid, epoch)), 5)
+            [topic] = resp.results_by_topic_v3_and_below
+            assert topic.results_by_partition[0].partition_error_code == ErrorCode.none
+            assert len(asyncio.all_tasks()) == tasks, "a Task waits for the add's fsync"
+            assert len(shell._durable_waits) == 1
+            reported = shell._durable.get(0, -1)
+            await asyncio.sleep(HELD_S)
+            assert shell._durable.get(0, -1) == reported, "reported durable before the fsync"
+            gate.set()
+            for _ in range(100):
+                if shell._durable.get(0, -1) == state.log_end_offset:
+                    break
+                await asyncio.sleep(0.02)
+            assert shell._durable.get(0, -1) == state.log_end_offset
+            assert not shell._durable_waits
+        finally:
+            gate.set()
+            await _stop(b)
+
+    asyncio.run(main())
