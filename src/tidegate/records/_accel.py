@@ -2,11 +2,14 @@
 
 When it imports, `record.py` decodes with its `decode_records` (and
 `decode_records_as`, straight into the consumer's record class), `scan.py` checks produced
-records with its `validate_records` (no objects built), and `builder.py` makes its
-`RecordBuffer` (`append` in C) the base class of `BatchBuilder`. Otherwise both use
-their own pure-Python code, which is always kept: it is the reference the C code must
-match. Setting the environment variable ``TIDEGATE_PURE_PYTHON`` to anything but "" or
-"0" forces the pure-Python code; it is read once, at import.
+records with its `validate_records` (no objects built), `builder.py` makes its
+`RecordBuffer` (`append` in C) the base class of `BatchBuilder`, `batch.py` parses batch
+headers with its `parse_header` (the slots set directly: an eighth of the frozen
+dataclass's __init__), and `storage.validation` checks a produced batch's header, CRC
+and records with one call of its `check_batch`. Otherwise they use their own
+pure-Python code, which is always kept: it is the reference the C code must match.
+Setting the environment variable ``TIDEGATE_PURE_PYTHON`` to anything but "" or "0"
+forces the pure-Python code; it is read once, at import.
 
 `SPEEDUPS` (re-exported as `record.SPEEDUPS` and `builder.SPEEDUPS`) says which is active.
 """
@@ -21,9 +24,11 @@ __all__ = [
     "PURE_PYTHON_ENV",
     "SPEEDUPS",
     "RecordBuffer",
+    "check_batch",
     "decode_records",
     "decode_records_as",
     "gc_track",
+    "parse_header",
     "validate_records",
 ]
 
@@ -60,5 +65,21 @@ if os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
         gc_track = _gc_track
         RecordBuffer = _RecordBuffer
         validate_records = _validate_records
+
+# (buf, pos, cls) -> cls instance: batch.parse_header's header, made without calling cls
+parse_header: Callable[[bytes | bytearray | memoryview, int, type], Any] | None = None
+# (buf, pos, cls, scan) -> (header, validate_records' tuple or None): batch.validate_batch
+# and, for an uncompressed CreateTime batch, the scan of its records (see _speedups.pyi)
+check_batch: Callable[[bytes | bytearray | memoryview, int, type, bool], Any] | None = None
+
+if decode_records is not None:
+    try:  # imported apart: an extension built from older source lacks them
+        from tidegate.records._speedups import check_batch as _check_batch
+        from tidegate.records._speedups import parse_header as _parse_header
+    except ImportError:
+        pass
+    else:
+        parse_header = _parse_header
+        check_batch = _check_batch
 
 SPEEDUPS = decode_records is not None

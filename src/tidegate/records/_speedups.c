@@ -52,6 +52,10 @@ typedef struct {
        attribute lookups) would otherwise cost more than a small batch's records. */
     PyObject *target_type;
     Py_ssize_t target_off[N_FIELDS];
+    /* parse_header's class (batch.BatchHeader) and its slots' offsets, likewise. */
+    PyObject *header_type;
+    Py_ssize_t header_off[13]; /* N_HEADER_FIELDS */
+    PyObject *crc32c; /* crc32c.crc32c, as batch.compute_crc uses (check_batch) */
 } speedups_state;
 
 static inline speedups_state *
@@ -662,33 +666,30 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return decode_core(get_state(module), args, "decode_records", NULL);
 }
 
-/* The offsets of `cls`'s eight slots into st->target_off (cached for the last class).
-   Each must be a writable object slot (a __slots__ entry) inside the instance, defined
-   on `cls` or a base: anything else is a TypeError, never a write out of bounds. */
+/* The offsets of `cls`'s slots `names` into `off`, for a C function that fills new
+   instances of it (`func`, its class argument `argno`, for errors). Each must be a
+   writable object slot (a __slots__ entry) inside the instance, defined on `cls` or a
+   base: anything else is a TypeError, never a write out of bounds. */
 static int
-target_offsets(speedups_state *st, PyObject *cls)
+slot_offsets(PyObject *cls, const char *const *names, int n, Py_ssize_t *off,
+             const char *func, int argno)
 {
     PyTypeObject *tp;
-    Py_ssize_t off[N_FIELDS];
     int i;
 
-    if (cls == st->target_type) {
-        return 0;
-    }
     if (!PyType_Check(cls)) {
-        PyErr_Format(PyExc_TypeError, "decode_records_as() argument 6 must be a class, "
-                     "not %.100s", Py_TYPE(cls)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s() argument %d must be a class, not %.100s",
+                     func, argno, Py_TYPE(cls)->tp_name);
         return -1;
     }
     tp = (PyTypeObject *)cls;
     if (tp->tp_alloc == NULL || tp->tp_itemsize != 0 ||
         (tp->tp_flags & Py_TPFLAGS_IS_ABSTRACT)) {
-        PyErr_Format(PyExc_TypeError, "decode_records_as() cannot allocate %.100s",
-                     tp->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s() cannot allocate %.100s", func, tp->tp_name);
         return -1;
     }
-    for (i = 0; i < N_FIELDS; i++) {
-        PyObject *descr = PyObject_GetAttrString(cls, field_names[i]);
+    for (i = 0; i < n; i++) {
+        PyObject *descr = PyObject_GetAttrString(cls, names[i]);
         PyMemberDef *m;
         int ok;
         if (descr == NULL) {
@@ -706,11 +707,27 @@ target_offsets(speedups_state *st, PyObject *cls)
              m->offset <= tp->tp_basicsize - (Py_ssize_t)sizeof(PyObject *);
         Py_DECREF(descr);
         if (!ok) {
-            PyErr_Format(PyExc_TypeError, "decode_records_as(): %.100s.%s is not a slot",
-                         tp->tp_name, field_names[i]);
+            PyErr_Format(PyExc_TypeError, "%s(): %.100s.%s is not a slot",
+                         func, tp->tp_name, names[i]);
             return -1;
         }
         off[i] = m->offset;
+    }
+    return 0;
+}
+
+/* The offsets of `cls`'s eight record slots into st->target_off (cached for the last
+   class). */
+static int
+target_offsets(speedups_state *st, PyObject *cls)
+{
+    Py_ssize_t off[N_FIELDS];
+
+    if (cls == st->target_type) {
+        return 0;
+    }
+    if (slot_offsets(cls, field_names, N_FIELDS, off, "decode_records_as", 6) < 0) {
+        return -1;
     }
     Py_XSETREF(st->target_type, Py_NewRef(cls));
     memcpy(st->target_off, off, sizeof(off));
@@ -1742,6 +1759,290 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Batch headers                                                                         */
+/* ------------------------------------------------------------------------------------ */
+
+/* The 61-byte RecordBatch v2 header's fields, in order (batch.py's _HEADER struct). */
+#define BATCH_HEADER_SIZE 61
+#define N_HEADER_FIELDS 13
+static const char *const header_field_names[N_HEADER_FIELDS] = {
+    "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+    "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id",
+    "producer_epoch", "base_sequence", "records_count",
+};
+
+/* The offsets of `cls`'s thirteen header slots into st->header_off (cached for the last
+   class), checked as target_offsets checks decode_records_as's class. */
+static int
+header_offsets(speedups_state *st, PyObject *cls)
+{
+    Py_ssize_t off[N_HEADER_FIELDS];
+
+    if (cls == st->header_type) {
+        return 0;
+    }
+    if (slot_offsets(cls, header_field_names, N_HEADER_FIELDS, off, "parse_header", 3) < 0) {
+        return -1;
+    }
+    Py_XSETREF(st->header_type, Py_NewRef(cls));
+    memcpy(st->header_off, off, sizeof(off));
+    return 0;
+}
+
+static inline uint64_t
+load_be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    int i;
+    for (i = 0; i < n; i++) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+static PyObject *make_header(speedups_state *st, const unsigned char *p);
+
+PyDoc_STRVAR(parse_header_doc,
+"parse_header(buf, pos, cls, /)\n"
+"--\n"
+"\n"
+"The 61-byte batch header at `pos` (>= 0) of the contiguous buffer `buf` as an instance\n"
+"of `cls` (batch.BatchHeader: a class whose __slots__ include its thirteen fields),\n"
+"made without calling it: allocated, then the slots set. Raises CorruptRecordError as\n"
+"batch.parse_header does when fewer than 61 bytes follow `pos`.");
+
+static PyObject *
+parse_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    speedups_state *st = get_state(module);
+    PyObject *obj;
+    Py_buffer view;
+    Py_ssize_t pos;
+
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError,
+                     "parse_header() takes exactly 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "parse_header() position must be >= 0");
+        return NULL;
+    }
+    if (header_offsets(st, args[2]) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (view.len - pos < BATCH_HEADER_SIZE) {
+        PyErr_Format(st->corrupt, "record batch header truncated: %zd bytes, need %d",
+                     view.len - pos, BATCH_HEADER_SIZE);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    obj = make_header(st, (const unsigned char *)view.buf + pos);
+    PyBuffer_Release(&view);
+    return obj;
+}
+
+/* The header at `p` (61 bytes) as an instance of st->header_type (set by
+   header_offsets). */
+static PyObject *
+make_header(speedups_state *st, const unsigned char *p)
+{
+    PyObject *v[N_HEADER_FIELDS], *obj = NULL;
+    PyTypeObject *tp;
+    int i, failed = 0;
+
+    v[0] = PyLong_FromLongLong((long long)(int64_t)load_be(p, 8));
+    v[1] = PyLong_FromLong((long)(int32_t)(uint32_t)load_be(p + 8, 4));
+    v[2] = PyLong_FromLong((long)(int32_t)(uint32_t)load_be(p + 12, 4));
+    v[3] = PyLong_FromLong((long)(int8_t)p[16]);
+    v[4] = PyLong_FromUnsignedLong((unsigned long)load_be(p + 17, 4));
+    v[5] = PyLong_FromLong((long)(int16_t)(uint16_t)load_be(p + 21, 2));
+    v[6] = PyLong_FromLong((long)(int32_t)(uint32_t)load_be(p + 23, 4));
+    v[7] = PyLong_FromLongLong((long long)(int64_t)load_be(p + 27, 8));
+    v[8] = PyLong_FromLongLong((long long)(int64_t)load_be(p + 35, 8));
+    v[9] = PyLong_FromLongLong((long long)(int64_t)load_be(p + 43, 8));
+    v[10] = PyLong_FromLong((long)(int16_t)(uint16_t)load_be(p + 51, 2));
+    v[11] = PyLong_FromLong((long)(int32_t)(uint32_t)load_be(p + 53, 4));
+    v[12] = PyLong_FromLong((long)(int32_t)(uint32_t)load_be(p + 57, 4));
+    for (i = 0; i < N_HEADER_FIELDS; i++) {
+        failed |= v[i] == NULL;
+    }
+    tp = (PyTypeObject *)st->header_type;
+    if (!failed) {
+        obj = tp->tp_alloc(tp, 0);
+    }
+    if (obj == NULL) {
+        for (i = 0; i < N_HEADER_FIELDS; i++) {
+            Py_XDECREF(v[i]);
+        }
+        return NULL;
+    }
+    for (i = 0; i < N_HEADER_FIELDS; i++) {
+        set_slot(obj, st->header_off[i], v[i]);
+    }
+    return obj;
+}
+
+PyDoc_STRVAR(check_batch_doc,
+"check_batch(buf, pos, cls, scan, /)\n"
+"--\n"
+"\n"
+"batch.validate_batch(buf, pos) (strict counts, CRC checked) in one call: the same\n"
+"checks in the same order, raising the same errors; returns (header, records) with\n"
+"the header an instance of `cls` as parse_header makes it. When `scan` is true and the\n"
+"batch is uncompressed with CreateTime, `records` is validate_records' tuple for its\n"
+"records section, or None if that scan raised (the error is dropped: the caller's\n"
+"reference path raises it again at its own step); otherwise None.");
+
+static PyObject *
+check_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    speedups_state *st = get_state(module);
+    PyObject *header = NULL, *records = NULL, *result = NULL;
+    Py_buffer view;
+    Py_ssize_t pos, avail;
+    const unsigned char *p;
+    int64_t batch_length, size;
+    int32_t last_offset_delta, records_count;
+    int magic, attributes, scan;
+    uint32_t stored_crc;
+
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError,
+                     "check_batch() takes exactly 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "check_batch() position must be >= 0");
+        return NULL;
+    }
+    scan = PyObject_IsTrue(args[3]);
+    if (scan < 0 || header_offsets(st, args[2]) < 0) {
+        return NULL;
+    }
+    if (st->crc32c == NULL) {
+        PyObject *mod = PyImport_ImportModule("crc32c");
+        if (mod == NULL) {
+            return NULL;
+        }
+        st->crc32c = PyObject_GetAttrString(mod, "crc32c");
+        Py_DECREF(mod);
+        if (st->crc32c == NULL) {
+            return NULL;
+        }
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    avail = view.len - pos;
+    if (avail < BATCH_HEADER_SIZE) {
+        PyErr_Format(st->corrupt, "record batch header truncated: %zd bytes, need %d",
+                     avail, BATCH_HEADER_SIZE);
+        goto done;
+    }
+    p = (const unsigned char *)view.buf + pos;
+    batch_length = (int32_t)(uint32_t)load_be(p + 8, 4);
+    magic = (int8_t)p[16];
+    stored_crc = (uint32_t)load_be(p + 17, 4);
+    attributes = (int16_t)(uint16_t)load_be(p + 21, 2);
+    last_offset_delta = (int32_t)(uint32_t)load_be(p + 23, 4);
+    records_count = (int32_t)(uint32_t)load_be(p + 57, 4);
+    size = batch_length + 12;
+    if (batch_length < BATCH_HEADER_SIZE - 12) {
+        PyErr_Format(st->corrupt, "record batch length %lld is too small",
+                     (long long)batch_length);
+        goto done;
+    }
+    if (size > avail) {
+        PyErr_Format(st->corrupt,
+                     "record batch length %lld exceeds the %lld bytes available",
+                     (long long)batch_length, (long long)(avail - 12));
+        goto done;
+    }
+    if (magic != 2) {
+        PyErr_Format(st->corrupt, "unsupported record batch magic %d", magic);
+        goto done;
+    }
+    {
+        PyObject *mv, *crc;
+        unsigned long actual;
+        mv = PyMemoryView_FromMemory((char *)p + 21, (Py_ssize_t)(size - 21), PyBUF_READ);
+        if (mv == NULL) {
+            goto done;
+        }
+        crc = PyObject_CallOneArg(st->crc32c, mv);
+        Py_DECREF(mv); /* a read-only view of `view`, released below: not kept by crc32c */
+        if (crc == NULL) {
+            goto done;
+        }
+        actual = PyLong_AsUnsignedLong(crc);
+        Py_DECREF(crc);
+        if (actual == (unsigned long)-1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (actual != stored_crc) {
+            char msg[96];
+            /* Python's {:#010x}: 0x and 8 digits (C's # drops the 0x of a zero) */
+            snprintf(msg, sizeof(msg),
+                     "record batch CRC mismatch: stored 0x%08lx, computed 0x%08lx",
+                     (unsigned long)stored_crc, actual);
+            PyErr_SetString(st->corrupt, msg);
+            goto done;
+        }
+    }
+    if (records_count < 0 || last_offset_delta < 0) {
+        PyErr_SetString(st->invalid, "negative record count or offset delta");
+        goto done;
+    }
+    if (records_count == 0 && !(attributes & 0x20)) {
+        PyErr_SetString(st->invalid, "record batch contains no records");
+        goto done;
+    }
+    if (records_count && last_offset_delta != records_count - 1) {
+        PyErr_Format(st->invalid, "lastOffsetDelta %d does not match record count %d",
+                     (int)last_offset_delta, (int)records_count);
+        goto done;
+    }
+    header = make_header(st, p);
+    if (header == NULL) {
+        goto done;
+    }
+    if (scan && (attributes & 0x07) == 0 && !(attributes & 0x08)) {
+        PyObject *sargs[3];
+        sargs[0] = PyMemoryView_FromMemory((char *)p + BATCH_HEADER_SIZE,
+                                           (Py_ssize_t)(size - BATCH_HEADER_SIZE), PyBUF_READ);
+        sargs[1] = PyLong_FromLong(records_count);
+        sargs[2] = PyLong_FromLongLong((long long)(int64_t)load_be(p + 27, 8));
+        if (sargs[0] != NULL && sargs[1] != NULL && sargs[2] != NULL) {
+            records = validate_records(module, sargs, 3);
+        }
+        Py_XDECREF(sargs[0]);
+        Py_XDECREF(sargs[1]);
+        Py_XDECREF(sargs[2]);
+        if (records == NULL) {
+            PyErr_Clear(); /* re-raised by record_checks' reference path, in its order */
+        }
+    }
+    result = PyTuple_Pack(2, header, records == NULL ? Py_None : records);
+done:
+    Py_XDECREF(header);
+    Py_XDECREF(records);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* Module                                                                                */
 /* ------------------------------------------------------------------------------------ */
 
@@ -1755,6 +2056,10 @@ static PyMethodDef speedups_methods[] = {
      encode_record_doc},
     {"validate_records", (PyCFunction)(void (*)(void))validate_records, METH_FASTCALL,
      validate_records_doc},
+    {"parse_header", (PyCFunction)(void (*)(void))parse_header, METH_FASTCALL,
+     parse_header_doc},
+    {"check_batch", (PyCFunction)(void (*)(void))check_batch, METH_FASTCALL,
+     check_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1792,6 +2097,8 @@ speedups_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->corrupt);
     Py_VISIT(st->invalid);
     Py_VISIT(st->target_type);
+    Py_VISIT(st->header_type);
+    Py_VISIT(st->crc32c);
     return 0;
 }
 
@@ -1802,6 +2109,8 @@ speedups_clear(PyObject *module)
     Py_CLEAR(st->corrupt);
     Py_CLEAR(st->invalid);
     Py_CLEAR(st->target_type);
+    Py_CLEAR(st->header_type);
+    Py_CLEAR(st->crc32c);
     return 0;
 }
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import crc32c
 
 from tidegate.common.errors import CorruptRecordError, InvalidRecordError
+from tidegate.records import _accel
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength
@@ -56,6 +57,8 @@ _PREFIX = struct.Struct(">qi")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
 _i = struct.Struct(">i")
+# C: the header's slots set directly, ~10x less than the frozen dataclass's __init__
+_parse_header_c = _accel.parse_header
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,14 @@ class BatchHeader:
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the 61-byte header at `pos`. Raises CorruptRecordError if too short."""
+    if _parse_header_c is not None and pos >= 0:
+        header: BatchHeader = _parse_header_c(buf, pos, BatchHeader)
+        return header
+    return parse_header_py(buf, pos)
+
+
+def parse_header_py(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """The pure-Python `parse_header`: the reference the C one must match."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptRecordError(
             f"record batch header truncated: {len(buf) - pos} bytes, need {HEADER_SIZE}"

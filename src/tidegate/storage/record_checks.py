@@ -22,7 +22,10 @@ every record's CreateTime, not just the header's.
 
 How: `records.scan.scan_records` parses each section with every check of the decoder but
 builds no record (in C, reading the request's bytes in place: no copy of an uncompressed
-section; ~0.02 us per 1 KiB record). Only when it reports something to reject (an offset
+section; ~0.02 us per 1 KiB record). On the produce path the C scan of an uncompressed
+CreateTime batch comes from the same call that checked its header
+(`validation.validate_producer_batches(scans=)`); a batch it could not scan is scanned
+here again, which raises the error. Only when it reports something to reject (an offset
 delta out of order, a null key on a compacted topic) or a timestamp that overflows an
 int64, or for a LogAppendTime batch sent by a producer, is the batch decoded with the
 reference decoder, which gives the exact errors and values. A batch whose timestamps
@@ -32,9 +35,11 @@ are out of range is decoded again, then, for its per-record errors.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import astuple
 from operator import itemgetter
 
 from tidegate.common.errors import InvalidRecordError, KafkaError
+from tidegate.records import _accel
 from tidegate.records.batch import HEADER_SIZE, BatchHeader
 from tidegate.records.compression import decompress
 from tidegate.records.record import decode_record_tuples
@@ -49,6 +54,7 @@ __all__ = [
     "KeylessRecordError",
     "RecordTimestampError",
     "RecordValidationError",
+    "Scan",
     "decompressed_limit",
     "validate_records",
 ]
@@ -75,6 +81,10 @@ DECOMPRESSED_RATIO = 64
 _offset = itemgetter(0)
 _timestamp = itemgetter(1)
 _key = itemgetter(2)
+
+# What the C scan of a records section returns (`_speedups.validate_records`):
+# (min_timestamp, max_timestamp, first_bad_offset, null_keys), as `SectionScan`.
+Scan = tuple[int | None, int | None, int, int]
 
 
 def decompressed_limit(config: LogConfig) -> int:
@@ -135,30 +145,38 @@ def validate_records(
     config: LogConfig,
     *,
     max_decompressed: int | None = None,
+    scans: list[Scan | None] | None = None,
 ) -> list[BatchRecords]:
     """Check the records of each (position, header) batch of `data`; raise the Kafka
-    error for the first bad batch."""
+    error for the first bad batch. `scans[i]`, when given and not None, is the C scan
+    of batch i's (uncompressed) records already made (`validation.validate_producer_
+    batches(scans=)`); a None one is scanned here."""
     limit = decompressed_limit(config) if max_decompressed is None else max_decompressed
     view = memoryview(data)
     compacted = config.compact
     want_timestamps = not config.log_append_time
+    scan_c = _accel.validate_records
     out: list[BatchRecords] = []
-    for pos, header in found:
+    for i, (pos, header) in enumerate(found):
         section = view[pos + HEADER_SIZE : pos + header.size]
         codec = header.compression
         raw = decompress(codec, section, max_size=limit) if codec else section
         if not header.timestamp_type:  # LogAppendTime from a producer: the decoder's way
-            scan = scan_records(header, raw)
-            if (
-                scan.first_bad_offset < 0
-                and not (compacted and scan.null_keys)
-                and scan.min_timestamp is not None
-                and scan.max_timestamp is not None
-            ):
+            # the C scan's tuple as it is (no SectionScan): this runs once per append
+            pre = scans[i] if scans is not None else None
+            lo, hi, first_bad, null_keys = (
+                pre
+                if pre is not None
+                else scan_c(raw, header.records_count, header.base_timestamp)
+                if scan_c is not None
+                else astuple(scan_records(header, raw))
+            )
+            ok = first_bad < 0 and not (compacted and null_keys)
+            if ok and lo is not None and hi is not None:
                 n = max(header.records_count, 0)
                 if want_timestamps and n:
                     decode = _timestamps_later(header, section, limit)
-                    out.append(BatchRecords(decode, n, scan.min_timestamp, scan.max_timestamp))
+                    out.append(BatchRecords(decode, n, lo, hi))
                 else:
                     out.append(BatchRecords([], 0, -1, -1))
                 continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import random
+import struct
 import subprocess
 import sys
 import tracemalloc
@@ -22,14 +23,23 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidegate.common.errors import CorruptRecordError, InvalidRecordError
 from tidegate.records import builder, record
-from tidegate.records.batch import HEADER_SIZE, BatchHeader
-from tidegate.records.builder import _encode_record_py, _PyRecordBuffer
+from tidegate.records.batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    BatchHeader,
+    parse_header_py,
+    validate_batch,
+)
+from tidegate.records.builder import _encode_record_py, _PyRecordBuffer, build_batch
+from tidegate.records.scan import scan_records_py
 
 _speedups = pytest.importorskip("tidegate.records._speedups")
 
@@ -608,6 +618,15 @@ def _swallow(fn: Callable[[], object]) -> Callable[[], object]:
     return call
 
 
+def _with_crc(batch: bytes) -> bytes:
+    """`batch` with its CRC recomputed, so checks past the CRC run."""
+    out = bytearray(batch)
+    if len(out) >= HEADER_SIZE:
+        struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
+    return bytes(out)
+
+
+GOOD_BATCH = build_batch([(7, b"k", b"v" * 20, [("h", b"x")]), (9, None, b"w", [])])
 GOOD_SECTION = section_of(
     [(i, i - 3, b"key", b"value" * 3, [("h", b"x"), ("\udcff", None)]) for i in range(5)]
 )
@@ -630,6 +649,13 @@ LEAK_CASES: list[tuple[str, Callable[[], object]]] = [
         bytearray(), 1, 5, b"k", b"v", [("h", b"x"), ["a", b"b", b"c"]])),
     ("append", lambda: _speedups.RecordBuffer().append(1, b"k", b"v", [("h", b"x")])),
     ("append bad timestamp", lambda: _speedups.RecordBuffer().append(1e30, b"k", b"v")),
+    ("parse header", lambda: _speedups.parse_header(GOOD_BATCH, 0, BatchHeader)),
+    ("parse header truncated", lambda: _speedups.parse_header(GOOD_BATCH[:60], 0, BatchHeader)),
+    ("check batch", lambda: _speedups.check_batch(GOOD_BATCH, 0, BatchHeader, True)),
+    ("check batch bad crc", lambda: _speedups.check_batch(
+        GOOD_BATCH[:-1] + b"\0", 0, BatchHeader, True)),
+    ("check batch bad records", lambda: _speedups.check_batch(
+        _with_crc(GOOD_BATCH[:-1] + b"\5"), 0, BatchHeader, True)),
 ]
 
 
@@ -650,3 +676,104 @@ def test_decoding_with_the_collector_running_all_the_time() -> None:
             rb.append(1, b"k", b"v", [("h", b"x")])
     finally:
         gc.set_threshold(*threshold)
+
+
+# -- batch headers: parse_header and check_batch (the produce path's one call) ---------
+
+
+def _outcome(fn: Callable[[], object]) -> Outcome:
+    try:
+        return ("ok", fn())
+    except (CorruptRecordError, InvalidRecordError) as e:
+        return (type(e).__name__, str(e))
+
+
+@given(st.binary(max_size=150), st.integers(0, 160))
+@FUZZ
+def test_parse_header_matches_the_struct_one(data: bytes, pos: int) -> None:
+    for buf in (data, bytearray(data), memoryview(data)):
+        c = _outcome(partial(_speedups.parse_header, buf, pos, BatchHeader))
+        assert c == _outcome(partial(parse_header_py, buf, pos))
+        if c[0] == "ok":
+            assert type(c[1]) is BatchHeader and hash(c[1]) == hash(parse_header_py(buf, pos))
+
+
+def _reference_check(buf: bytes, pos: int) -> Outcome:
+    """validate_batch, then (uncompressed CreateTime) the scan of its records section:
+    what check_batch must return, a failed scan being None."""
+    first = _outcome(lambda: validate_batch(buf, pos))
+    if first[0] != "ok":
+        return first
+    h = first[1]
+    if h.compression or h.timestamp_type:
+        return ("ok", (h, None))
+    section = buf[pos + HEADER_SIZE : pos + h.size]
+    scan = _outcome(lambda: scan_records_py(h, section))
+    if scan[0] != "ok":
+        return ("ok", (h, None))
+    s = scan[1]
+    return ("ok", (h, (s.min_timestamp, s.max_timestamp, s.first_bad_offset, s.null_keys)))
+
+
+small_records_st = st.lists(
+    st.tuples(
+        st.integers(0, 1 << 45),
+        st.none() | st.binary(max_size=12),
+        st.none() | st.binary(max_size=30),
+        st.lists(st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=4)), max_size=2),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@given(
+    small_records_st,
+    st.sampled_from([0, 0, 1]),  # codec: mostly none
+    st.sampled_from([0, 0, 1]),  # timestamp type
+    st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=3),
+    st.booleans(),  # recompute the CRC after the damage
+    st.integers(0, 3),  # bytes in front
+    st.none() | st.integers(0, 400),  # cut at
+)
+@FUZZ
+def test_check_batch_matches_validate_batch_and_the_scan(
+    records: list[tuple[int, bytes | None, bytes | None, list[Header]]],
+    codec: int,
+    timestamp_type: int,
+    damage: list[tuple[int, int]],
+    fix_crc: bool,
+    lead: int,
+    cut: int | None,
+) -> None:
+    batch = bytearray(build_batch(records, compression=codec, timestamp_type=timestamp_type))
+    for at, byte in damage:
+        if at < len(batch):
+            batch[at] = byte
+    data = bytes(lead) + (_with_crc(bytes(batch)) if fix_crc else bytes(batch))
+    if cut is not None:
+        data = data[: lead + cut]
+    got = _outcome(lambda: _speedups.check_batch(data, lead, BatchHeader, True))
+    assert got == _reference_check(data, lead)
+    if got[0] == "ok":  # without the scan: the header alone
+        assert _speedups.check_batch(data, lead, BatchHeader, False) == (got[1][0], None)
+
+
+def test_check_batch_reports_each_header_error_as_validate_batch() -> None:
+    good = bytearray(GOOD_BATCH)
+    cases = []
+    for offset, fmt, value in [
+        (8, ">i", 10),  # length too small
+        (8, ">i", 10_000),  # length past the end
+        (16, ">b", 1),  # magic
+        (23, ">i", 5),  # lastOffsetDelta vs count
+        (57, ">i", -1),  # negative count
+        (57, ">i", 0),  # no records
+    ]:
+        b = bytearray(good)
+        struct.pack_into(fmt, b, offset, value)
+        cases.append(_with_crc(bytes(b)))
+    cases.append(bytes(good[:-1]) + bytes([good[-1] ^ 1]))  # CRC mismatch
+    for data in cases:
+        got = _outcome(partial(_speedups.check_batch, data, 0, BatchHeader, True))
+        assert got[0] != "ok" and got == _outcome(partial(validate_batch, data, 0))
