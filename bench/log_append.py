@@ -4,7 +4,9 @@
 
 Prints the best time per append of 15 runs for each kind: one-record batches (no
 producer id, idempotent, transactional: the fixed cost per append) and 1 MiB batches of
-1,000 x 1 KiB records (the cost per record). Each append gets a read-only `memoryview`
+1,000 x 1 KiB records (the cost per record). Beside it, the reference measured in the
+same run: the same bytes appended to a plain file with one `os.write` each (the page
+cache's share; what `Log.append` adds is the rest). Each append gets a read-only `memoryview`
 of a built batch, as the Produce handler passes it; default log config, a fresh log in a
 temporary directory. To compare trees, run it with each on PYTHONPATH, alternating
 (docs/benchmarks.md, "Durable produce").
@@ -74,13 +76,32 @@ def run(kind: str, reps: int, number: int) -> float:
     return best * 1e6
 
 
+def write_only(kind: str, reps: int, number: int) -> float:
+    """The reference: best microseconds per `os.write` of the same batches to a file."""
+    d = Path(tempfile.mkdtemp())
+    fd = os.open(d / "plain", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    best = float("inf")
+    try:
+        for _ in range(reps):
+            views = [memoryview(b).toreadonly() for b in batches(kind, number, 0)]
+            t0 = time.perf_counter()
+            for v in views:
+                os.write(fd, v)
+            best = min(best, (time.perf_counter() - t0) / number)
+    finally:
+        os.close(fd)
+        shutil.rmtree(d)
+    return best * 1e6
+
+
 def main() -> None:
     kinds = sys.argv[1:] or KINDS
+    print(f"{'batch':11s} {'Log.append':>12s} {'os.write':>10s}   (best of 15, us per append)")
     for kind in kinds:
         if kind not in KINDS:
             raise SystemExit(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
         number = 50 if kind.startswith("large") else 2000
-        print(f"{kind:11s} {run(kind, 15, number):8.2f} us/append")
+        print(f"{kind:11s} {run(kind, 15, number):12.2f} {write_only(kind, 15, number):10.2f}")
 
 
 if __name__ == "__main__":
