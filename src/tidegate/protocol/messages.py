@@ -11,7 +11,8 @@ for the same reason: a field missing in an old version reads as the default.
 APIs kio lacks (ControlledShutdown) are hand-written (protocol/hand_written.py): the
 lookups, `decode` and `encode` here serve them too, so callers need no special case.
 `decode` reads Produce requests (v3-v12) with `protocol/produce_request.py` instead of
-kio: their records fields stay slices of the frame, not copies.
+kio: their records fields stay slices of the frame, not copies. AddPartitionsToTxn and
+EndTxn (v0-v5) are read by `protocol/txn_requests.py`: cheaper than kio's entities.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tidegate.protocol import (
     guard,
     hand_written,
     produce_request,
+    txn_requests,
 )
 from tidegate.protocol.guard import GuardError
 from tidegate.protocol.hand_written import HandWrittenMessage
@@ -86,11 +88,21 @@ def _writer(cls: type[Entity]) -> Callable[[io.BytesIO, Entity], None]:
     return cast(Callable[[io.BytesIO, Entity], None], entity_writer(cls))
 
 
+_HandDecoder = Callable[[bytes | memoryview, int, int], tuple[Any, int]]
+
+
 @functools.cache
-def _produce_versions() -> dict[type[Entity], int]:
-    """kio's Produce request classes read by protocol/produce_request.py."""
+def _hand_decoders() -> dict[type[Entity], tuple[_HandDecoder, int]]:
+    """kio's request classes read by a hand-written decoder instead (protocol/
+    produce_request.py, txn_requests.py), with the version each decodes."""
+    out: dict[type[Entity], tuple[_HandDecoder, int]] = {}
     lo, hi = produce_request.MIN_VERSION, produce_request.MAX_VERSION
-    return {request_class(produce_request.API_KEY, v): v for v in range(lo, hi + 1)}
+    for v in range(lo, hi + 1):
+        out[request_class(produce_request.API_KEY, v)] = (produce_request.decode, v)
+    for key, fn in txn_requests.decoders().items():
+        for v in range(txn_requests.MIN_VERSION, txn_requests.MAX_VERSION + 1):
+            out[request_class(key, v)] = (fn, v)
+    return out
 
 
 def decode(
@@ -102,12 +114,13 @@ def decode(
     broker ignores them: librdkafka, for one, sends Metadata v13 requests with three
     extra bytes after the tagged fields.
     """
-    produce_version = _produce_versions().get(cls)
-    if produce_version is not None:  # records fields as slices of buf, not copies
+    hand_decoder = _hand_decoders().get(cls)
+    if hand_decoder is not None:  # Produce: records fields as slices of buf, not copies
+        fn, version = hand_decoder
         try:
-            request, end = produce_request.decode(buf, pos, produce_version)
-        except produce_request.ProduceDecodeError as e:
-            raise DecodeError(f"malformed {cls.__name__} v{produce_version}: {e}") from e
+            request, end = fn(buf, pos, version)
+        except (produce_request.ProduceDecodeError, txn_requests.TxnDecodeError) as e:
+            raise DecodeError(f"malformed {cls.__name__} v{version}: {e}") from e
         if strict and end != len(buf):
             raise DecodeError(f"{cls.__name__} body has {len(buf) - end} trailing bytes")
         return cast(Entity, request)

@@ -42,6 +42,13 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import CONSUMER_OFFSETS, INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
+from tidegate.protocol.txn_responses import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult,
+    add_partitions_response,
+    end_txn_response,
+)
 from tidegate.server.authz import AclOperation as Op
 from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check, check_cluster
@@ -124,12 +131,12 @@ async def _add_one(broker: Broker, txn_id: str, producer_id: int, epoch: int, to
         return dict.fromkeys(wanted, e.code)
 
 
-def _by_topic(results: dict[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:
-    grouped: dict[str, list[dict[str, Any]]] = {}
+def _by_topic(results: dict[TopicPartition, ErrorCode]
+              ) -> tuple[AddPartitionsToTxnTopicResult, ...]:
+    grouped: dict[str, list[AddPartitionsToTxnPartitionResult]] = {}
     for (topic, partition), code in results.items():
-        grouped.setdefault(topic, []).append(
-            {"partition_index": partition, "partition_error_code": code})
-    return [{"name": t, "results_by_partition": parts} for t, parts in grouped.items()]
+        grouped.setdefault(topic, []).append(AddPartitionsToTxnPartitionResult(partition, code))
+    return tuple(AddPartitionsToTxnTopicResult(t, tuple(parts)) for t, parts in grouped.items())
 
 
 def _denied_add(broker: Broker, ctx: RequestContext, txn_id: str, topics: Any
@@ -155,23 +162,21 @@ async def handle_add_partitions(broker: Broker, ctx: RequestContext, req: Any) -
             int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch),
             req.v3_and_below_topics, False)
         results = {tp: _fenced(c, ctx.api_version, 2) for tp, c in results.items()}
-        return build(ctx.response_class, {
-            "throttle_time": 0, "results_by_topic_v3_and_below": _by_topic(results)})
+        return add_partitions_response(ctx.api_version,
+                                       results_by_topic_v3_and_below=_by_topic(results))
     # v4+ come from partition leaders batching their KIP-890 verifications: the
     # transactions are independent (one entry per id), so they are answered together
     txns = list(req.transactions or ())
     if not check_cluster(broker, ctx, Op.CLUSTER_ACTION):  # Kafka: only brokers send v4+
-        return build(ctx.response_class, {
-            "throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
-            "results_by_transaction": []})
+        return add_partitions_response(ctx.api_version,
+                                       error_code=ErrorCode.cluster_authorization_failed)
     answers = await asyncio.gather(*(
         _add_one(broker, str(txn.transactional_id), int(txn.producer_id),
                  int(txn.producer_epoch), txn.topics, bool(txn.verify_only), from_broker=True)
         for txn in txns))
-    out = [{"transactional_id": txn.transactional_id, "topic_results": _by_topic(results)}
-           for txn, results in zip(txns, answers, strict=True)]
-    return build(ctx.response_class, {
-        "throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": out})
+    out = tuple(AddPartitionsToTxnResult(str(txn.transactional_id), _by_topic(results))
+                for txn, results in zip(txns, answers, strict=True))
+    return add_partitions_response(ctx.api_version, results_by_transaction=out)
 
 
 async def handle_add_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -198,21 +203,18 @@ async def handle_end_txn(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     txn_id = str(req.transactional_id)
     pid, epoch = int(req.producer_id), int(req.producer_epoch)
     if not txn_id:
-        return build(ctx.response_class, {"throttle_time": 0,
-                                          "error_code": ErrorCode.invalid_request,
-                                          "producer_id": -1, "producer_epoch": -1})
+        return end_txn_response(ctx.api_version, error_code=ErrorCode.invalid_request)
     if not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id):
-        return build(ctx.response_class, {
-            "throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
-            "producer_id": -1, "producer_epoch": -1})
+        return end_txn_response(ctx.api_version,
+                                error_code=ErrorCode.transactional_id_authorization_failed)
     try:
         code, new_pid, new_epoch = await broker.txn_coordinator.end_txn(
             txn_id, pid, epoch, bool(req.committed), ctx.api_version)
     except KafkaError as e:
         code, new_pid, new_epoch = e.code, -1, -1
     code = _fenced(code, ctx.api_version, 2)
-    return build(ctx.response_class, {"throttle_time": 0, "error_code": code,
-                                      "producer_id": new_pid, "producer_epoch": new_epoch})
+    return end_txn_response(ctx.api_version, error_code=code, producer_id=new_pid,
+                            producer_epoch=new_epoch)
 
 
 async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any) -> Any:
