@@ -1,4 +1,5 @@
-"""Reading the parts flexible message versions add: unsigned varints and tagged fields.
+"""The parts flexible message versions add: unsigned varints and tagged fields, read and
+written by the hand-written codecs.
 
 Flexible versions (KIP-482) write compact lengths, tag numbers and tag sizes as
 unsigned varints and end each structure with a tagged-field section (a count, then
@@ -7,15 +8,22 @@ headers (`headers.py`), the structural pre-check (`guard.py`) and the Produce re
 decoder (`produce_request.py`) — read them here, each passing the exception it raises
 for bad input (the listener answers each kind its own way).
 
+The writers (`write_uvarint`, `array_length`, `string`) serve the hand-written
+responses (`produce_response.py`, `txn_responses.py`), flexible or not.
+
 An unsigned varint is at most 5 bytes, as Kafka's `ByteUtils.readUnsignedVarint`: every
 value read this way is 32-bit, so a longer one is malformed.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
-__all__ = ["read_uvarint", "skip_tagged_fields"]
+__all__ = ["array_length", "read_uvarint", "skip_tagged_fields", "string", "write_uvarint"]
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 
 Buffer = bytes | memoryview
 
@@ -55,3 +63,24 @@ def skip_tagged_fields(buf: Buffer, pos: int, end: int, error: type[Exception],
             visit(tag, pos, pos + size)
         pos += size
     return pos
+
+
+def write_uvarint(v: int) -> bytes:
+    """`v` (non-negative) as an unsigned varint."""
+    out = bytearray()
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def array_length(n: int, flexible: bool) -> bytes:
+    """An array's length: compact (n + 1, a varint) when flexible, else an int32."""
+    return write_uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def string(s: str, flexible: bool) -> bytes:
+    """A non-null string: compact length when flexible, else an int16 length."""
+    raw = s.encode("utf-8")
+    return (write_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw

@@ -35,6 +35,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 from kio.static.primitive import i16
 
+from tidegate.protocol.flexible import array_length, string
 from tidegate.protocol.hand_written import HandWrittenMessage
 
 __all__ = [
@@ -51,7 +52,6 @@ API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 12
 FIRST_FLEXIBLE = 9
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 # a partition's fixed fields: index, error, base offset, log append time (+ start offset)
 _HEAD_V3 = struct.Struct(">ihqq")
@@ -120,12 +120,12 @@ class ProduceResponse(HandWrittenMessage):
     def encode_body(self) -> bytes:
         version = int(self.__version__)
         flexible = self.__flexible__
-        out: list[bytes] = [_array_length(len(self.responses), flexible)]
+        out: list[bytes] = [array_length(len(self.responses), flexible)]
         append = out.append
         for topic in self.responses:
-            append(_string(topic.name, flexible))
+            append(string(topic.name, flexible))
             parts = topic.partition_responses
-            append(_array_length(len(parts), flexible))
+            append(array_length(len(parts), flexible))
             if version >= 8:
                 ok = _OK_V9 if flexible else _OK_V8
                 tail = (1, 0, 0) if flexible else (0, -1)
@@ -153,33 +153,15 @@ class ProduceResponse(HandWrittenMessage):
         return b"".join(out)
 
 
-def _uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def _array_length(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
-
-
-def _string(s: str, flexible: bool) -> bytes:
-    raw = s.encode("utf-8")
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
-
-
 def _nullable_string(s: str | None, flexible: bool) -> bytes:
     if s is None:
         return b"\x00" if flexible else b"\xff\xff"
-    return _string(s, flexible)
+    return string(s, flexible)
 
 
 def _errors(p: PartitionProduceResponse, flexible: bool) -> bytes:
     """RecordErrors, ErrorMessage and (flexible) the partition's tagged fields."""
-    out = [_array_length(len(p.record_errors), flexible)]
+    out = [array_length(len(p.record_errors), flexible)]
     for e in p.record_errors:
         out.append(_I32.pack(e.batch_index))
         out.append(_nullable_string(e.batch_index_error_message, flexible))

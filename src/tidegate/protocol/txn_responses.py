@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 from kio.static.primitive import i16
 
+from tidegate.protocol.flexible import array_length, string
 from tidegate.protocol.hand_written import HandWrittenMessage
 
 __all__ = [
@@ -49,7 +50,6 @@ ADD_PARTITIONS_KEY, END_TXN_KEY = 24, 26
 MIN_VERSION, MAX_VERSION = 0, 5
 FIRST_FLEXIBLE = 3
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I32_I16 = struct.Struct(">ih")
 _PART = struct.Struct(">ih")
@@ -109,9 +109,9 @@ class AddPartitionsToTxnResponse(HandWrittenMessage):
             _topic_results(out, self.results_by_topic_v3_and_below, flexible)
         else:
             out = [_I32_I16.pack(throttle, self.error_code),
-                   _array_length(len(self.results_by_transaction), True)]
+                   array_length(len(self.results_by_transaction), True)]
             for r in self.results_by_transaction:
-                out.append(_string(r.transactional_id, True))
+                out.append(string(r.transactional_id, True))
                 _topic_results(out, r.topic_results, True)
                 out.append(b"\x00")
         if flexible:
@@ -143,32 +143,14 @@ class EndTxnResponse(HandWrittenMessage):
         return body + b"\x00" if self.__flexible__ else body
 
 
-def _uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def _array_length(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
-
-
-def _string(s: str, flexible: bool) -> bytes:
-    raw = s.encode("utf-8")
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
-
-
 def _topic_results(out: list[bytes], topics: tuple[AddPartitionsToTxnTopicResult, ...],
                    flexible: bool) -> None:
-    out.append(_array_length(len(topics), flexible))
+    out.append(array_length(len(topics), flexible))
     part = _PART_FLEX if flexible else _PART
     for t in topics:
-        out.append(_string(t.name, flexible))
+        out.append(string(t.name, flexible))
         parts = t.results_by_partition
-        out.append(_array_length(len(parts), flexible))
+        out.append(array_length(len(parts), flexible))
         if flexible:
             out.extend(part.pack(p.partition_index, p.partition_error_code, 0) for p in parts)
             out.append(b"\x00")
