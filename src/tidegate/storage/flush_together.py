@@ -44,6 +44,9 @@ class SyncfsDirs:
                  syncfs: Callable[[int], None] | None = None) -> None:
         self.syncfs = syncfs if syncfs is not None else syncfs_reporting_errors()
         self._fds: dict[str, int] = {}  # log dir (as given and resolved) -> descriptor
+        # a partition directory (str) -> its log dir, or None: dirname per log per round
+        # was a tenth of a 1,000-log round's Python (a renamed directory is a new key)
+        self._parents: dict[str, str | None] = {}
         self._lock = threading.Lock()
         if self.syncfs is None:
             return
@@ -64,8 +67,17 @@ class SyncfsDirs:
     def log_dir(self, lg: Log) -> str | None:
         """The log directory of `lg` if it has a descriptor here (strings, not Paths:
         pathlib's parent and hash were a third of a 1,000-log round's CPU)."""
-        log_dir = os.path.dirname(str(lg.directory))
-        return log_dir if log_dir in self._fds else None
+        path = str(lg.directory)
+        try:
+            return self._parents[path]
+        except KeyError:
+            pass
+        log_dir = os.path.dirname(path)
+        found = log_dir if log_dir in self._fds else None
+        if len(self._parents) > 100_000:  # partitions deleted and created for ever
+            self._parents.clear()
+        self._parents[path] = found
+        return found
 
     def sync(self, log_dir: str) -> None:
         with self._lock:  # `close` never frees a descriptor under a running call
@@ -77,6 +89,7 @@ class SyncfsDirs:
     def close(self) -> None:
         with self._lock:
             fds, self._fds = self._fds, {}
+            self._parents = {}  # no log has a descriptor here any more
         for fd in set(fds.values()):
             os.close(fd)
 
