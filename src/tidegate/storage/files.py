@@ -24,6 +24,7 @@ from pathlib import Path
 
 __all__ = [
     "LOG_EXT",
+    "PARTITION_METADATA",
     "atomic_write",
     "fsync_dir",
     "kafka_uuid",
@@ -166,14 +167,17 @@ def parse_kafka_uuid(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=raw)
 
 
+PARTITION_METADATA = "partition.metadata"
+
+
 def write_partition_metadata(directory: Path, topic_id: uuid.UUID) -> None:
     text = f"version: 0\ntopic_id: {kafka_uuid(topic_id)}\n"
-    atomic_write(directory / "partition.metadata", text.encode("ascii"))
+    atomic_write(directory / PARTITION_METADATA, text.encode("ascii"))
 
 
 def read_partition_metadata(directory: Path) -> uuid.UUID | None:
     """The topic id in `partition.metadata`, None if absent; ValueError if malformed."""
-    text = read_single_value(directory / "partition.metadata")
+    text = read_single_value(directory / PARTITION_METADATA)
     if text is None:
         return None
     fields = dict(

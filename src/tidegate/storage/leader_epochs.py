@@ -51,7 +51,7 @@ in-memory cache, `path=None`, serves tests and the replication model).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -377,15 +377,20 @@ def load_leader_epochs(
     segments: Sequence[LogSegment],
     log_start_offset: int,
     recovered_from: int | None,
+    names: Container[str] | None = None,
 ) -> tuple[LeaderEpochCache, bool]:
     """The epoch cache of a freshly loaded log (see the module docstring) and whether it
     differs from the file (the caller persists it). `recovered_from`: base offset of the
-    first segment recovery re-read after an unclean shutdown, None if none was."""
+    first segment recovery re-read after an unclean shutdown, None if none was.
+    `names`: the directory's file names if just listed (no lookup of an absent file)."""
     path = directory / CHECKPOINT_FILE
     log_end = segments[-1].next_offset
     try:
-        cache = LeaderEpochCache.load(directory)
-        present = path.exists()
+        if names is not None and CHECKPOINT_FILE not in names:
+            cache, present = LeaderEpochCache(path), False
+        else:
+            cache = LeaderEpochCache.load(directory)
+            present = names is not None or path.exists()
     except ValueError as exc:
         log.warning("%s; rebuilding it from the log", exc)
         cache, present = LeaderEpochCache(path), False

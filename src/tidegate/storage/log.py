@@ -223,7 +223,8 @@ class Log(TransactionalLog, ReplicaLog):
         now = clock.now_ms()
         self._producers.on_high_watermark_updated(hw)
         if load_producer_state(
-            self._producers, directory, self._segs.segments, self._log_start_offset, now
+            self._producers, directory, self._segs.segments, self._log_start_offset, now,
+            opened.names,
         ) >= SNAPSHOT_AFTER_REPLAY:  # snapshot now so the next start need not replay
             # them again (data is synced). A short replay (the usual tail after kill -9)
             # is cheaper to repeat than a snapshot file per partition is to write: a
@@ -232,7 +233,8 @@ class Log(TransactionalLog, ReplicaLog):
         self._last_stable_offset = self._log_start_offset
         self._refresh_lso(allow_backwards=True)
         self._epochs, changed = load_leader_epochs(
-            directory, self._segs.segments, self._log_start_offset, opened.recovered_from
+            directory, self._segs.segments, self._log_start_offset, opened.recovered_from,
+            opened.names,
         )
         self._epochs_version, self._epochs_written = int(changed), 0
         self._epochs_io = threading.Lock()

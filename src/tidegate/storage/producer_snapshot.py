@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -261,13 +262,17 @@ def read_latest_snapshot(
     return None
 
 
-def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
-    """(offset, path) of every snapshot file, oldest first. Temp files are ignored."""
+def list_snapshots(
+    directory: Path, names: Iterable[str] | None = None
+) -> list[tuple[int, Path]]:
+    """(offset, path) of every snapshot file, oldest first. Temp files are ignored.
+    `names`: the directory's file names if the caller has just listed it."""
     found: list[tuple[int, Path]] = []
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return found
+    if names is None:
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return found
     for name in names:
         m = _NAME_RE.match(name)
         if m is not None:

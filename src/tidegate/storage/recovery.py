@@ -17,7 +17,9 @@ after opening every partition).
    had to be cut, the segments after it (written later, never fsynced) are deleted.
 4. Transaction indexes (`.txnindex`): from the first segment that was recovered, or whose
    txn index is missing or corrupt, every later segment's txn index is rebuilt from the
-   markers (`rebuild_txn_indexes`; needs a scratch producer state, see there).
+   markers (`rebuild_txn_indexes`; needs a scratch producer state, see there), unless
+   all those segments were just recovered and hold no control batch (then they are
+   emptied: no marker, no aborted transaction to index).
 
 Invariant on return: segments are sorted, non-empty list, each ending on a batch boundary
 with offsets below the next segment's base offset.
@@ -47,6 +49,7 @@ from tidegate.storage.files import (
     DELETED_SUFFIX,
     INDEX_EXT,
     LOG_EXT,
+    PARTITION_METADATA,
     SEGMENT_FILE_RE,
     SWAP_SUFFIX,
     TIMEINDEX_EXT,
@@ -93,6 +96,10 @@ class OpenedPartition:
     # Base offset of the first segment recovery re-read (unflushed before a crash), None
     # if every segment was trusted: the leader epoch cache re-derives its entries there.
     recovered_from: int | None = None
+    # The directory's file names after the open (the one listing, kept up to date with
+    # what the open removed or created; the segment files' may be stale): the producer
+    # snapshots and the epoch checkpoint are found in it. None: list the directory.
+    names: set[str] | None = None
 
 
 def open_partition_dir(
@@ -109,32 +116,47 @@ def open_partition_dir(
     or any recovery point is checkpointed (LogManager.load does, once for all)."""
     if parse_partition_dir(directory.name) is None:
         raise KafkaStorageError(f"{directory} is not a <topic>-<partition> directory")
-    directory.mkdir(parents=True, exist_ok=True)
+    # The directory is listed once, here, and the names feed every later step (leftover
+    # removal, segment and index discovery, the snapshots, the epoch checkpoint): CPU
+    # per partition is what a start at 10,000 partitions is made of, and each partition
+    # was listed four times, with three exists() stats per segment.
     try:
-        existing = read_partition_metadata(directory)
+        names = set(os.listdir(directory))
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True)
+        names = set()
+    try:
+        existing = read_partition_metadata(directory) if PARTITION_METADATA in names else None
     except ValueError as exc:
         raise KafkaStorageError(str(exc)) from exc
     if topic_id is not None and existing is None:
         write_partition_metadata(directory, topic_id)
+        names.add(PARTITION_METADATA)
     elif topic_id is not None and existing != topic_id:
         raise InconsistentTopicIdError(
             f"{directory} belongs to topic id {existing}, expected {topic_id}"
         )
-    # one listing instead of a lookup per small file (most partitions have neither
-    # offset file): CPU per partition is what a start at 10,000 partitions is made of
-    names = set(os.listdir(directory))
     marker = directory / CLEAN_SHUTDOWN_FILE
     clean = CLEAN_SHUTDOWN_FILE in names
     start = _read_offset(directory / LOG_START_OFFSET_FILE) if LOG_START_OFFSET_FILE in names else 0
     result = load_segments(
         directory, config, now_ms, clean=clean, recovery_point=recovery_point,
-        start_offset=start, sync=sync,
+        start_offset=start, sync=sync, names=names,
     )
     segs = result.segments
     stale = [i for i, seg in enumerate(segs) if seg.txn_index_stale]
-    if stale:
+    if stale and all(seg.recovered_controls is False for seg in segs[stale[0]:]):
+        # Every segment to rebuild was just recovered (read whole) and holds no control
+        # batch, so no marker: their txn indexes are empty, no replay needed (after
+        # kill -9 the usual case, and the replay re-read each partition's snapshot).
+        for seg in segs[stale[0]:]:
+            seg.txn_index.reset()
+            seg.txn_index_stale = False
+            seg.txn_index.write_pending()
+        result.recovered = True
+    elif stale:
         log_start = min(max(start, segs[0].base_offset), segs[-1].next_offset)
-        rebuild_txn_indexes(directory, segs, stale[0], log_start, now_ms)
+        rebuild_txn_indexes(directory, segs, stale[0], log_start, now_ms, names)
         result.recovered = True
     if result.recovered and sync:  # make the repaired state durable before trusting it
         for seg in result.segments:
@@ -142,13 +164,15 @@ def open_partition_dir(
         fsync_dir(directory)
     if clean:
         marker.unlink()
+        names.discard(CLEAN_SHUTDOWN_FILE)
         if sync:
             fsync_dir(directory)
     first_dirty = (
         _read_offset(directory / CLEANER_OFFSET_FILE) if CLEANER_OFFSET_FILE in names else 0
     )
     return OpenedPartition(
-        result.segments, start, topic_id or existing, first_dirty, result.recovered_from
+        result.segments, start, topic_id or existing, first_dirty, result.recovered_from,
+        names,
     )
 
 
@@ -177,11 +201,17 @@ def load_segments(
     recovery_point: int | None,
     start_offset: int,
     sync: bool = True,
+    names: set[str] | None = None,
 ) -> LoadResult:
-    changed = _remove_leftovers(directory)
+    """`names`: the directory's listing if the caller just made it (`open_partition_dir`);
+    it is updated in place for what this removes (leftovers, orphan indexes, segments
+    cut after a corruption)."""
+    if names is None:
+        names = set(os.listdir(directory))
+    changed = _remove_leftovers(directory, names)
     bases: list[int] = []
-    for entry in os.scandir(directory):
-        m = SEGMENT_FILE_RE.match(entry.name)
+    for name in list(names):
+        m = SEGMENT_FILE_RE.match(name)
         if m is None or m.group(3):
             continue
         base = int(m.group(1))
@@ -189,9 +219,10 @@ def load_segments(
             bases.append(base)
         elif (
             m.group(2) in (INDEX_EXT, TIMEINDEX_EXT, TXNINDEX_EXT)
-            and not segment_path(directory, base, LOG_EXT).exists()
+            and f"{m.group(1)}.{LOG_EXT}" not in names
         ):
-            os.unlink(entry.path)
+            os.unlink(os.path.join(directory, name))
+            names.discard(name)
             changed = True
     bases.sort()
     segments: list[LogSegment] = []
@@ -199,7 +230,7 @@ def load_segments(
     recovered_from: int | None = None
     for i, base in enumerate(bases):
         nxt = bases[i + 1] if i + 1 < len(bases) else None
-        seg = LogSegment(directory, base, config, now_ms)
+        seg = LogSegment(directory, base, config, now_ms, names=names)
         segments.append(seg)
         trusted = clean or (
             recovery_point is not None and nxt is not None and nxt <= recovery_point
@@ -224,7 +255,9 @@ def load_segments(
                 )
                 for later in bases[i + 1 :]:
                     for ext in (LOG_EXT, INDEX_EXT, TIMEINDEX_EXT, TXNINDEX_EXT):
-                        segment_path(directory, later, ext).unlink(missing_ok=True)
+                        doomed = segment_path(directory, later, ext)
+                        doomed.unlink(missing_ok=True)
+                        names.discard(doomed.name)
                 changed = True
                 break
     if not segments:
@@ -235,16 +268,18 @@ def load_segments(
     return LoadResult(segments, recovered or changed, recovered_from)
 
 
-def _remove_leftovers(directory: Path) -> bool:
+def _remove_leftovers(directory: Path, names: set[str]) -> bool:
+    """Remove interrupted work's files named in `names` (updated in place; re-listed
+    after a cleaner swap is completed, which renames and removes segment files)."""
     changed = False
     swaps: list[Path] = []
-    for entry in os.scandir(directory):
-        name = entry.name
+    for name in list(names):
         if name.endswith((TMP_SUFFIX, DELETED_SUFFIX, CLEANED_SUFFIX)):
-            os.unlink(entry.path)
+            os.unlink(os.path.join(directory, name))
+            names.discard(name)
             changed = True
         elif name.endswith(SWAP_SUFFIX):
-            swaps.append(Path(entry.path))
+            swaps.append(directory / name)
     for swap in sorted(swaps):
         m = SEGMENT_FILE_RE.match(swap.name)
         if m is None or m.group(2) != LOG_EXT:
@@ -252,6 +287,9 @@ def _remove_leftovers(directory: Path) -> bool:
             continue
         _complete_swap(directory, int(m.group(1)), swap)
         changed = True
+    if swaps:
+        names.clear()
+        names.update(os.listdir(directory))
     return changed
 
 
@@ -289,11 +327,13 @@ def load_producer_state(
     segments: list[LogSegment],
     log_start_offset: int,
     now_ms: int,
+    names: set[str] | None = None,
 ) -> int:
     """Rebuild `psm` for freshly loaded `segments`; returns the number of batches
-    replayed (0 when a snapshot at the log end was found, e.g. after a clean shutdown)."""
+    replayed (0 when a snapshot at the log end was found, e.g. after a clean shutdown).
+    `names`: the directory's listing from its open (`OpenedPartition.names`)."""
     log_end = segments[-1].next_offset
-    snapshots = list_snapshots(directory)  # listed once: a start opens 10,000 of these
+    snapshots = list_snapshots(directory, names)  # listed once: a start opens 10,000
     if snapshots and snapshots[-1][0] > log_end:
         delete_snapshots_above(directory, log_end)
         snapshots = [(off, path) for off, path in snapshots if off <= log_end]
@@ -361,7 +401,8 @@ def replay_batch(
 
 
 def rebuild_txn_indexes(
-    directory: Path, segments: list[LogSegment], first: int, log_start_offset: int, now_ms: int
+    directory: Path, segments: list[LogSegment], first: int, log_start_offset: int, now_ms: int,
+    names: set[str] | None = None,
 ) -> None:
     """Rebuild the txn indexes of `segments[first:]` from their markers. A scratch
     producer state is loaded from the newest snapshot at or below the first rebuilt
@@ -373,7 +414,9 @@ def rebuild_txn_indexes(
     log.debug("%s: rebuilding transaction indexes from offset %d", directory, base)
     psm = ProducerStateManager()
     psm.on_high_watermark_updated(segments[-1].next_offset)  # no unreplicated bookkeeping
-    loaded = psm.load_latest_snapshot(directory, base, log_start_offset=log_start_offset)
+    loaded = psm.load_latest_snapshot(
+        directory, base, log_start_offset=log_start_offset,
+        snapshots=None if names is None else list_snapshots(directory, names))
     for seg in segments[first:]:
         seg.txn_index.reset()
         seg.txn_index_stale = False

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from pathlib import Path
 
 from tidegate.common.errors import CorruptRecordError, InvalidRecordError
@@ -88,9 +88,11 @@ class LogSegment:
         *,
         suffix: str = "",
         create: bool = False,
+        names: Container[str] | None = None,
     ) -> None:
         """Open (or with `create`, create empty) the segment's files. Call `load` or
-        `recover` before using an existing segment."""
+        `recover` before using an existing segment. `names`: the directory's file names
+        if the caller has just listed it (a partition's open: no stat per index file)."""
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
@@ -98,7 +100,10 @@ class LogSegment:
         self.log_path = segment_path(directory, base_offset, LOG_EXT, suffix)
         index_path = segment_path(directory, base_offset, INDEX_EXT, suffix)
         time_path = segment_path(directory, base_offset, TIMEINDEX_EXT, suffix)
-        self.indexes_missing = not (index_path.exists() and time_path.exists())
+        if names is None:
+            self.indexes_missing = not (index_path.exists() and time_path.exists())
+        else:
+            self.indexes_missing = not (index_path.name in names and time_path.name in names)
         flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if create else 0)
         # through the process's LRU of descriptors (file_cache): pinned per operation
         self._file = FILES.open(self.log_path, flags)
@@ -111,13 +116,19 @@ class LogSegment:
         if create:
             self.offset_index.reset()
             self.time_index.reset()
+        txn_path = segment_path(directory, base_offset, TXNINDEX_EXT, suffix)
         self.txn_index = TxnIndex(
-            segment_path(directory, base_offset, TXNINDEX_EXT, suffix), create=create
+            txn_path, create=create,
+            missing=None if names is None or create else txn_path.name not in names,
         )
         # The aborted-transaction index needs the producer state to be rebuilt, so the
         # segment only flags it (missing, corrupt, or the log was recovered); the loader
         # (`txn_recovery`) rebuilds it.
         self.txn_index_stale = self.txn_index.missing
+        # Whether `recover` kept a control batch (None: not recovered): a recovered
+        # segment without one has an empty txn index, which the loader then writes
+        # without the producer-state replay a rebuild needs (`recovery`).
+        self.recovered_controls: bool | None = None
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset  # base offset of the batch holding it
@@ -217,6 +228,7 @@ class LogSegment:
         pos = 0
         buf = b""
         buf_start = 0
+        controls = False
         while pos < end:
             rel = pos - buf_start
             if rel + LOG_OVERHEAD > len(buf):
@@ -242,7 +254,9 @@ class LogSegment:
                 break
             self._index_batch(header, pos)
             self.next_offset = header.next_offset
+            controls = controls or header.is_control
             pos += size
+        self.recovered_controls = controls
         truncated = end - pos
         if truncated:
             log.warning("%s: truncating %d bytes at position %d", self.log_path, truncated, pos)

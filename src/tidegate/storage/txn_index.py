@@ -82,15 +82,16 @@ class TxnIndexEntry(NamedTuple):
 
 
 class TxnIndex:
-    def __init__(self, path: Path, *, create: bool = False) -> None:
-        """With `create`, start a new empty file; otherwise call `load`."""
+    def __init__(self, path: Path, *, create: bool = False, missing: bool | None = None) -> None:
+        """With `create`, start a new empty file; otherwise call `load`. `missing`:
+        whether the file is absent, if the caller knows (from a directory listing)."""
         self.path = path
         self.entries: list[TxnIndexEntry] = []
         self._written = 0  # entries[:_written] are in the file; the rest are pending
         self._dirty = False
         if create:
             self._write_all()
-        self.missing = not path.exists()
+        self.missing = not path.exists() if missing is None else missing
 
     def load(self) -> None:
         """Read the file. Raises CorruptIndexError if its length is not a whole number of
