@@ -16,7 +16,7 @@ transaction bench was such a no-op, and the next append waited behind it).
 
 The logs whose flush starts in one loop iteration form a round, handed to a fixed set
 of flush threads together and handed back to the loop in ONE call when the last of
-them is done (`_Round`, `_FlushThreads`): a ThreadPoolExecutor `submit` and a
+them is done (server/flush_threads.py): a ThreadPoolExecutor `submit` and a
 `call_soon_threadsafe` per log were about a tenth of the loop's time per one-record
 transaction. Below `syncfs_threshold` logs each log of a round is fsynced in a thread
 of its own, side by side as above (one thread running them one after another would add
@@ -48,120 +48,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from queue import SimpleQueue
-from typing import Protocol
 
+from tidegate.server.flush_threads import THREADS, Flushable, Round
 from tidegate.storage.disk_space import disk_full_error
-from tidegate.storage.flush_together import SyncfsDirs, flush_together
+from tidegate.storage.flush_together import SyncfsDirs
 from tidegate.storage.log import Log
 
 log = logging.getLogger(__name__)
 
-FSYNC_THREADS = 8
 RETRY_S = (0.05, 2.0)  # a failed flush is tried again after this, doubling
-
-
-class Flushable(Protocol):
-    @property
-    def recovery_point(self) -> int: ...
-
-    @property
-    def log_end_offset(self) -> int: ...
-
-    def flush(self) -> int: ...
-
-
-class _Round:
-    """The logs handed to the flush threads in one loop iteration, and what became of
-    each: its new recovery point, or what its flush raised. The thread that ends the
-    round's last part hands the whole round back to the loop in one call."""
-
-    __slots__ = ("began", "done", "left", "lock", "logs", "loop", "results")
-
-    def __init__(self, logs: list[Flushable], parts: int, loop: asyncio.AbstractEventLoop,
-                 done: Callable[[_Round], None]) -> None:
-        self.logs = logs
-        self.results: list[int | BaseException] = [0] * len(logs)
-        self.left = parts
-        self.lock = threading.Lock()
-        self.loop = loop
-        self.done = done
-        self.began = time.perf_counter()
-
-    def run(self, part: Sequence[int], dirs: SyncfsDirs | None) -> None:
-        """In a flush thread: flush the logs at `part` (with one syncfs per log
-        directory when `dirs` is given), then, if this was the last part, wake the loop."""
-        try:
-            if dirs is not None:
-                logs = [self.logs[i] for i in part]
-                outcomes = flush_together([lg for lg in logs if isinstance(lg, Log)], dirs)
-                for i, outcome in zip(part, outcomes, strict=True):
-                    self.results[i] = outcome
-            else:
-                for i in part:
-                    try:
-                        self.results[i] = self.logs[i].flush()
-                    except BaseException as e:  # the loop fails this log's waiters
-                        self.results[i] = e
-        except BaseException as e:  # a bug in flush_together: fail the part's logs
-            for i in part:
-                self.results[i] = e
-        with self.lock:
-            self.left -= 1
-            last = self.left == 0
-        if last:
-            _call_in(self.loop, self.done, self)
-
-
-class _FlushThreads:
-    """A fixed set of daemon threads that run the parts of flush rounds. A round costs
-    the loop one `SimpleQueue.put` per part and one wake-up when it ends, where a
-    ThreadPoolExecutor cost a `submit` (a Future, a work item, a lock) and a
-    `call_soon_threadsafe` per log: about a tenth of the loop's time per one-record
-    transaction. Daemon threads: at exit nobody waits for a flush still running (its
-    waiters were never answered, so nothing unflushed was acknowledged)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._queue: SimpleQueue[tuple[_Round, Sequence[int], SyncfsDirs | None]] = \
-            SimpleQueue()
-        self._started = 0
-        self._lock = threading.Lock()
-
-    def run(self, rnd: _Round, part: Sequence[int], dirs: SyncfsDirs | None = None) -> None:
-        if self._started < self.size:
-            self._start_one()
-        self._queue.put((rnd, part, dirs))
-
-    def _start_one(self) -> None:
-        with self._lock:
-            if self._started >= self.size:
-                return
-            self._started += 1
-            threading.Thread(target=self._work, name=f"fsync-{self._started}",
-                             daemon=True).start()
-
-    def _work(self) -> None:
-        get = self._queue.get
-        while True:
-            rnd, part, dirs = get()
-            rnd.run(part, dirs)
-
-    def after_fork(self) -> None:
-        """In a forked child: none of the threads came along; start afresh."""
-        self._queue = SimpleQueue()
-        self._started = 0
-        self._lock = threading.Lock()
-
-
-_THREADS = _FlushThreads(FSYNC_THREADS)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_THREADS.after_fork)
 
 
 class GroupCommit:
@@ -319,16 +217,16 @@ class GroupCommit:
         syncfs = self._syncfs
         if (syncfs is not None and len(batch) >= self.syncfs_threshold
                 and all(isinstance(t, Log) for t in batch)):
-            rnd = _Round(batch, 1, asyncio.get_running_loop(), self._round_flushed)
+            rnd = Round(batch, 1, asyncio.get_running_loop(), self._round_flushed)
             self.syncfs_rounds += 1
-            _THREADS.run(rnd, range(len(batch)), syncfs)
+            THREADS.run(rnd, range(len(batch)), syncfs)
             return
-        parts = min(len(batch), _THREADS.size)
-        rnd = _Round(batch, parts, asyncio.get_running_loop(), self._round_flushed)
+        parts = min(len(batch), THREADS.size)
+        rnd = Round(batch, parts, asyncio.get_running_loop(), self._round_flushed)
         for p in range(parts):
-            _THREADS.run(rnd, range(p, len(batch), parts))
+            THREADS.run(rnd, range(p, len(batch), parts))
 
-    def _round_flushed(self, rnd: _Round) -> None:
+    def _round_flushed(self, rnd: Round) -> None:
         """On the loop, once every log of the round is flushed (or failed): each as if
         flushed alone."""
         raised: BaseException | None = None
@@ -437,13 +335,3 @@ class GroupCommit:
         for _, fut in self._waiters.pop(id(target), []):
             if not fut.done():
                 fut.set_exception(RuntimeError("partition deleted"))
-
-
-def _call_in(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: object) -> None:
-    """From the flush thread: run `fn` on the loop (unless it has been closed meanwhile:
-    the broker is gone, and so are its waiters)."""
-    if not loop.is_closed():
-        try:
-            loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # closed between the check and the call
-            pass

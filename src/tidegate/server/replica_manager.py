@@ -36,7 +36,8 @@ from tidegate.common.errors import (
     KafkaStorageError,
     UnknownTopicOrPartitionError,
 )
-from tidegate.server.durability import Flushable, GroupCommit
+from tidegate.server.durability import GroupCommit
+from tidegate.server.flush_threads import Flushable
 from tidegate.server.leadership import Leadership
 from tidegate.server.partition import NO_EPOCH, NotLeaderOrFollowerError, Partition
 from tidegate.storage.log import Log

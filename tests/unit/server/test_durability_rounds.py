@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tidegate.server.durability import FSYNC_THREADS, GroupCommit
+from tidegate.server.durability import GroupCommit
+from tidegate.server.flush_threads import FSYNC_THREADS
 
 
 class FakeLog:
