@@ -176,6 +176,26 @@ def _add(pid: int, epoch: int) -> Any:
         "v3_and_below_topics": [{"name": "t", "partitions": [0]}]})
 
 
+_ADD_CTX = RequestContext(24, 3, 1, "c", "peer")
+
+
+async def _add_and_produce(b: Broker, pid: int, epoch: int) -> None:
+    """The transaction's AddPartitionsToTxn for t-0, then its first record there."""
+    await asyncio.wait_for(handle_add_partitions(b, _ADD_CTX, _add(pid, epoch)), 5)
+    assert _produce_error(await asyncio.wait_for(produce.handle(
+        b, RequestContext(0, 9, 2, "c", "peer"), _produce(9, pid, epoch)), 10)) == 0
+
+
+async def _commit(b: Broker, pid: int, epoch: int) -> None:
+    """EndTxn(commit) of "tx", answered without error."""
+    end = build(request_class(26, 3), {
+        "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+        "committed": True})
+    resp = await asyncio.wait_for(handle_end_txn(
+        b, RequestContext(26, 3, 3, "c", "peer"), end), 10)
+    assert resp.error_code == ErrorCode.none
+
+
 def test_next_transaction_starts_on_an_appended_complete_commit(tmp_path: Path) -> None:
     """CompleteCommit is answered once appended, so the producer's next AddPartitionsToTxn
     runs (and is answered) while CompleteCommit is not yet durable; the next transaction's
@@ -185,27 +205,20 @@ def test_next_transaction_starts_on_an_appended_complete_commit(tmp_path: Path) 
         b, state, data, pid, epoch = await _started(tmp_path)
         gate = threading.Event()
         try:
-            ctx = RequestContext(24, 3, 1, "c", "peer")
-            await asyncio.wait_for(handle_add_partitions(b, ctx, _add(pid, epoch)), 5)
-            assert _produce_error(await asyncio.wait_for(produce.handle(
-                b, RequestContext(0, 9, 2, "c", "peer"), _produce(9, pid, epoch)), 10)) == 0
+            await _add_and_produce(b, pid, epoch)
             # the fsync that would make CompleteCommit durable (the record after
             # PrepareCommit) is held; PrepareCommit's goes through
             prepare = state.log_end_offset
             gate = _hold_fsync_from(state, prepare + 2)
-            end = build(request_class(26, 3), {
-                "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
-                "committed": True})
-            resp = await asyncio.wait_for(handle_end_txn(
-                b, RequestContext(26, 3, 3, "c", "peer"), end), 10)
-            assert resp.error_code == ErrorCode.none
+            await _commit(b, pid, epoch)
             # the next transaction's add, sent at once as librdkafka does: it waits for
             # the markers and the append of CompleteCommit, not for its fsync (held
             # 10 s; a coordinator that waited for it would answer after the 2 s
             # `_CONCURRENT_WAIT_S`, having run the add on the appended state anyway)
             loop = asyncio.get_running_loop()
             t0 = loop.time()
-            resp2 = await asyncio.wait_for(handle_add_partitions(b, ctx, _add(pid, epoch)), 5)
+            resp2 = await asyncio.wait_for(
+                handle_add_partitions(b, _ADD_CTX, _add(pid, epoch)), 5)
             assert loop.time() - t0 < 1.5, "the next add waited for CompleteCommit's fsync"
             [topic] = resp2.results_by_topic_v3_and_below
             assert topic.results_by_partition[0].partition_error_code == ErrorCode.none
@@ -244,16 +257,8 @@ def test_coordinator_records_take_the_broker_built_path_and_reload_alike(
         tc = b.txn_coordinator
         try:
             state.append = client_path  # type: ignore[method-assign]
-            ctx = RequestContext(24, 3, 1, "c", "peer")
-            await asyncio.wait_for(handle_add_partitions(b, ctx, _add(pid, epoch)), 5)
-            assert _produce_error(await asyncio.wait_for(produce.handle(
-                b, RequestContext(0, 9, 2, "c", "peer"), _produce(9, pid, epoch)), 10)) == 0
-            end = build(request_class(26, 3), {
-                "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
-                "committed": True})
-            resp = await asyncio.wait_for(handle_end_txn(
-                b, RequestContext(26, 3, 3, "c", "peer"), end), 10)
-            assert resp.error_code == ErrorCode.none
+            await _add_and_produce(b, pid, epoch)
+            await _commit(b, pid, epoch)
             for _ in range(200):
                 [d] = await tc.describe_transactions(["tx"])
                 if d.state == "CompleteCommit":

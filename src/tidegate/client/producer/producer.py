@@ -32,6 +32,10 @@ With ``transactional.id`` the producer is transactional: `init_transactions()`, 
 `commit_transaction()` or `abort_transaction()` (KIP-939 adds `prepare_transaction()`
 and `complete_transaction()`). `txn_manager` does the work; sends take the general
 path there (`prepare` checks the transaction state).
+
+Turning a record into an append (`prepare`, `try_append` and the partition choice) is
+the `AppendingMixin` (appending.py); the transactional calls are `TransactionalMixin`
+(txn_api.py).
 """
 
 from __future__ import annotations
@@ -46,51 +50,31 @@ from tidegate.client.config import ProducerConfig
 from tidegate.client.errors import ClientClosedError, KafkaTimeoutError
 from tidegate.client.metadata import MetadataClient
 from tidegate.client.net import NetworkClient
-from tidegate.client.partitioner import StickyPartitioner, partition_for_key
-from tidegate.client.producer.accumulator import (
-    ProducerBatch,
-    RecordAccumulator,
-    record_size_upper_bound,
+from tidegate.client.partitioner import StickyPartitioner
+from tidegate.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from tidegate.client.producer.appending import (
+    EMPTY_BATCH_RECORD_SIZE,
+    AppendingMixin,
+    Prepared,
 )
+from tidegate.client.producer.completion import Completion
 from tidegate.client.producer.idempotence import IdempotenceManager
-from tidegate.client.producer.sender import Completion, Sender
+from tidegate.client.producer.sender import Sender
 from tidegate.client.producer.txn_api import TransactionalMixin
 from tidegate.client.producer.txn_manager import TransactionManager
 from tidegate.client.types import RecordMetadata, TopicPartition
-from tidegate.common.errors import InvalidPartitionsError, MessageTooLargeError
+from tidegate.common.errors import InvalidPartitionsError
 from tidegate.records.batch import HEADER_SIZE
 from tidegate.records.compression import codec_from_name
 
-__all__ = ["AsyncProducer", "DeliveryCallback"]
+__all__ = ["AsyncProducer", "DeliveryCallback", "Prepared"]  # Prepared: for blocking.py
 
-Header = tuple[str, bytes | None]
 DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
-Prepared = tuple[bytes | None, bytes | None, tuple[Header, ...], int]
 
-# A batch holding one record without key, value or headers, at most (see
-# `record_size_upper_bound`).
-_EMPTY_RECORD_SIZE = record_size_upper_bound(None, None) + HEADER_SIZE
-_EMPTY_BATCH_RECORD_SIZE = _EMPTY_RECORD_SIZE - HEADER_SIZE
 _Future = asyncio.Future
-_KEY_CACHE_SIZE = 10_000
 
 
-def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-def _to_bytes(what: str, value: object) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"the record {what} must be bytes, str or None (or set "
-                    f"{what}.serializer), not {type(value).__name__}")
-
-
-class AsyncProducer(TransactionalMixin):
+class AsyncProducer(AppendingMixin, TransactionalMixin):
     """See the module docstring. Use as ``async with AsyncProducer({...}) as p:``."""
 
     def __init__(self, config: ProducerConfig | Mapping[str, object] | None = None,
@@ -230,166 +214,6 @@ class AsyncProducer(TransactionalMixin):
 
     # -- sending -----------------------------------------------------------------------
 
-    def prepare(self, topic: str, value: object, key: object,
-                headers: Sequence[tuple[str, bytes | str | None]] | None) -> Prepared:
-        """Serialize and check a record without touching the event loop (thread-safe).
-
-        Raises ClientClosedError after close, TypeError for unserializable values and
-        MessageTooLargeError if the record cannot fit in a request or the buffer."""
-        if self._closed:
-            raise ClientClosedError(f"cannot send to {topic!r}: the producer is closed")
-        if self._txn is not None:
-            self._txn.check_send()
-        if self._idem is not None and self._idem.fatal is not None:
-            raise self._idem.fatal
-        # `type(x) is bytes` first: the common case costs no function call.
-        ks, vs = self._key_serializer, self._value_serializer
-        if ks is not None:
-            k = ks(key)
-        else:
-            k = key if key is None or type(key) is bytes else _to_bytes("key", key)
-        if vs is not None:
-            v = vs(value)
-        else:
-            v = value if value is None or type(value) is bytes else _to_bytes("value", value)
-        hs: tuple[Header, ...] = ()
-        if headers:
-            hs = tuple((name, hv.encode() if isinstance(hv, str) else hv)
-                       for name, hv in headers)
-            size = record_size_upper_bound(k, v, hs) + HEADER_SIZE
-        else:
-            size = _EMPTY_RECORD_SIZE + (len(k) if k else 0) + (len(v) if v else 0)
-        if size > self._max_record_size:
-            cfg = self.config
-            limit = ("max.request.size", cfg.max_request_size) \
-                if size > cfg.max_request_size else ("buffer.memory", cfg.buffer_memory)
-            raise MessageTooLargeError(
-                f"the record is {size} bytes when serialized, which is larger than "
-                f"{limit[0]}={limit[1]}")
-        return k, v, hs, size
-
-    def try_append(self, topic: str, partition: int | None, prepared: Prepared,
-                   timestamp_ms: int | None, token: Completion) -> bool:
-        """Append without waiting if metadata and buffer space allow; else False."""
-        key, value, headers, size = prepared
-        return self._append(topic, partition, key, value, headers, size, timestamp_ms, token)
-
-    def try_append_unkeyed(self, topic: str, value: bytes, timestamp_ms: int | None,
-                           token: Completion) -> bool:
-        """The common case of `try_append`, for a caller that checked the record is
-        one: an unkeyed bytes value without headers or partition, with no serializers
-        configured. Appends it if it fits the open batch of the topic's sticky
-        partition; else False, and the caller goes the general way (`prepare`, whose
-        checks this skips only where they cannot fail, and `try_append`).
-        (`send` has an inline copy of this.)"""
-        batch = self._sticky_batches.get(topic)
-        if batch is None or not batch.open or self._cache.version != self._tps_version \
-                or (self._idem is not None and self._idem.fatal is not None):
-            return False
-        acc = self._acc
-        size = _EMPTY_BATCH_RECORD_SIZE + len(value)
-        if acc.used_memory + size > acc.buffer_memory or size > self._max_batch_record_size \
-                or (batch.size + size > acc.batch_size and not acc.fits(batch, size)):
-            return False
-        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        batch.builder.append(ts, None, value)
-        batch.timestamps.append(ts)
-        batch.tokens.append(token)
-        acc.used_memory += size
-        size = batch.size = batch.size + size
-        if size >= acc.batch_size:
-            self._check_full(batch)
-        return True
-
-    def _append(self, topic: str, partition: int | None, key: bytes | None,
-                value: bytes | None, headers: tuple[Header, ...], size: int,
-                timestamp_ms: int | None, token: Completion) -> bool:
-        """`try_append`'s general case (`size` includes a batch header)."""
-        cache = self._cache
-        if cache.version != self._tps_version:
-            self._tps.clear()
-            self._sticky_batches.clear()
-            self._tps_version = cache.version
-        tps = self._tps.get(topic)
-        if tps is None:
-            info = cache.topic(topic)
-            if info is None or topic not in self._metadata.tracked:
-                return False
-            tps = self._tps[topic] = [TopicPartition(topic, p) for p in sorted(info.partitions)]
-        n = len(tps)
-        acc = self._acc
-        if acc.used_memory + size > acc.buffer_memory and acc.used_memory:
-            return False
-        size -= HEADER_SIZE
-        wake = False
-        sticky = partition is None and (key is None or self._ignore_keys)
-        batch: ProducerBatch[Completion] | None = None
-        if sticky:
-            # Sticky partitioning (KIP-480): stay on a partition while its batch takes
-            # records; once that batch is full or gone, move to another partition.
-            prev = self._sticky_batches.get(topic)
-            if prev is not None:
-                if prev.open and prev.tp.partition < n and (
-                        prev.size + size <= acc.batch_size or acc.fits(prev, size)):
-                    batch = prev
-                else:
-                    if prev.open:
-                        prev.open = False  # closed for appends: ready to send
-                        wake = True
-                    self._partitioner.on_new_batch(topic, n, prev.tp.partition)
-            if batch is None:
-                partition = self._partitioner.partition(topic, n)
-        elif partition is None:
-            assert key is not None
-            partition = self._partition_for_key(key, n)
-        elif not 0 <= partition < n:
-            return False
-        created = False
-        queue = None
-        if batch is None:
-            assert partition is not None
-            queue = acc.queue(tps[partition])
-            if queue and queue[-1].open:
-                batch = acc.open_batch(queue, size)
-                wake = wake or batch is None
-            if batch is None:
-                batch = acc.new_batch(tps[partition], queue, _now_ms())
-                created = True
-        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        try:
-            batch.builder.append(ts, key, value, headers)
-        except BaseException:
-            if created:  # leave no empty batch behind
-                assert queue is not None
-                queue.pop()
-                acc.deallocate(batch)
-            raise
-        batch.timestamps.append(ts)
-        batch.tokens.append(token)
-        acc.used_memory += size
-        batch.size += size
-        if sticky and not self._closed:
-            self._sticky_batches[topic] = batch
-        if created:
-            self._incomplete.add(batch)
-            if self._txn is not None:
-                self._txn.state.on_new_partition(batch.tp)
-        if wake:
-            self._should_yield = True
-        if created or wake:
-            self._wake()
-        if batch.size >= acc.batch_size:
-            self._check_full(batch)
-        return True
-
-    def _check_full(self, batch: ProducerBatch[Completion]) -> None:
-        """`batch` may have reached batch.size: if so close it for appends, wake the
-        sender and let it run (`send` yields once)."""
-        if self._acc.resync(batch) >= self._acc.batch_size:
-            batch.open = False
-            self._should_yield = True
-            self._wake()
-
     def _wake(self) -> None:
         """Wake the sender: at once on the loop thread, else (the blocking producer's
         callers appending directly, see `threadsafe`) by one call_soon_threadsafe
@@ -408,20 +232,6 @@ class AsyncProducer(TransactionalMixin):
         self._wake_scheduled = False
         if self._sender is not None:
             self._sender.wakeup()
-
-    def _partition_for_key(self, key: bytes, n: int) -> int:
-        """`partition_for_key`, remembering recent keys: murmur2 in Python costs more
-        than the rest of a send, and applications reuse keys."""
-        cache = self._key_partitions
-        if n != self._key_partitions_n:
-            cache.clear()
-            self._key_partitions_n = n
-        p = cache.get(key)
-        if p is None:
-            if len(cache) >= _KEY_CACHE_SIZE:
-                cache.clear()
-            p = cache[key] = partition_for_key(key, n)
-        return p
 
     def _try_append_locked(self, topic: str, partition: int | None, prepared: Prepared,
                            timestamp_ms: int | None, token: Completion) -> bool:
@@ -482,7 +292,7 @@ class AsyncProducer(TransactionalMixin):
             if batch is not None and batch.open and self._cache.version == self._tps_version \
                     and (self._idem is None or self._idem.fatal is None):
                 acc = self._acc
-                size = _EMPTY_BATCH_RECORD_SIZE + len(value)
+                size = EMPTY_BATCH_RECORD_SIZE + len(value)
                 if acc.used_memory + size <= acc.buffer_memory \
                         and size <= self._max_batch_record_size \
                         and (batch.size + size <= acc.batch_size or acc.fits(batch, size)):

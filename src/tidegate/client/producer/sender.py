@@ -9,7 +9,7 @@ requests to a broker are pipelined. A request goes out at once on an open connec
 batches' bytes, which are not copied) and its response is handled in a callback; only
 opening a connection (or, with acks=0, waiting for the socket to drain) takes a task.
 
-Responses: success completes every record's token with its offset; a retriable error
+Responses: success completes every record's token with its offset (`completion`); a retriable error
 puts the batch back at the front of its queue after ``retry.backoff.ms`` while
 ``retries`` and ``delivery.timeout.ms`` allow (refreshing metadata first for
 leadership errors); anything else fails the batch's records.
@@ -21,7 +21,8 @@ Kafka.
 
 Idempotence (``enable.idempotence``, see `idempotence` for the rules): before anything
 is sent, and again whenever the `IdempotenceManager` asks for a new producer id (once
-no request is in flight), a task sends InitProducerId, retrying retriable errors. The
+no request is in flight), a task sends InitProducerId, retrying retriable errors
+(`producer_id`). The
 manager gates and stamps what the accumulator drains and judges idempotence errors in
 responses; after a fatal one every queued record fails with it.
 
@@ -39,22 +40,21 @@ import contextlib
 import functools
 import logging
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from itertools import repeat
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from tidegate.client.config import ProducerConfig
 from tidegate.client.errors import KafkaConnectionError, KafkaTimeoutError, fatal_error
-from tidegate.client.futures import DeliveryFuture
 from tidegate.client.metadata import REFRESH_ERRORS, ZERO_UUID, MetadataClient
 from tidegate.client.net import BrokerConnection, NetworkClient
 from tidegate.client.producer.accumulator import ProducerBatch, RecordAccumulator
-from tidegate.client.producer.idempotence import FatalProducerError, IdempotenceManager, Verdict
+from tidegate.client.producer.completion import Completion, complete_tokens, fail_tokens
+from tidegate.client.producer.idempotence import IdempotenceManager, Verdict
+from tidegate.client.producer.producer_id import init_producer_id
 from tidegate.client.producer.wire import TopicData, encode_produce
-from tidegate.client.types import RecordMetadata, TopicPartition
+from tidegate.client.types import TopicPartition
 from tidegate.common.errors import KafkaError, error_for_code
 from tidegate.protocol.messages import ms
 
@@ -63,38 +63,10 @@ __all__ = ["Completion", "Sender"]
 log = logging.getLogger("tidegate.client.producer")
 
 PRODUCE = 0
-INIT_PRODUCER_ID = 22
-_INIT_PRODUCER_ID_VERSIONS = (0, 5)  # v3+ carry the current id/epoch (KIP-360)
-
-
-class Completion(Protocol):
-    """What a record's token must offer: asyncio and concurrent futures both do."""
-
-    def done(self) -> bool: ...
-    def set_result(self, result: RecordMetadata, /) -> None: ...
-    def set_exception(self, exception: BaseException, /) -> None: ...
 
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-_AsyncFuture = asyncio.Future
-_set_async_result = asyncio.Future.set_result
-_exhaust = deque[None](maxlen=0).extend  # runs an iterator to its end, keeping nothing
-_new_tuple = tuple.__new__
-
-
-def _metadata(batch: ProducerBatch[Completion], base_offset: int,
-              log_append_ms: int) -> Iterator[RecordMetadata]:
-    """Each record's RecordMetadata, built in C (no NamedTuple __new__ per record)."""
-    topic, partition = batch.tp
-    n = len(batch.tokens)
-    offsets: Iterable[int] = range(base_offset, base_offset + n) if base_offset >= 0 \
-        else repeat(-1, n)
-    stamps: Iterable[int] = batch.timestamps if log_append_ms < 0 else repeat(log_append_ms, n)
-    return map(_new_tuple, repeat(RecordMetadata),
-               zip(repeat(topic), repeat(partition), offsets, stamps))
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:
@@ -386,62 +358,11 @@ class Sender:
             self.wakeup()
 
     async def _init_producer_id(self) -> None:
-        """Get a producer id (and epoch) for the idempotent producer; retry retriable
-        failures until it works, the producer stops, or a fatal error."""
-        idem = self.idem
-        assert idem is not None
-        backoff = self.config.retry_backoff_ms / 1000
+        """`init_producer_id` (producer_id.py), then a look at what can be sent."""
+        assert self.idem is not None
         try:
-            while idem.needs_producer_id and self.acc.has_unsent():
-                try:
-                    conn = await self.net.any_connection()
-                    theirs = conn.broker_versions.get(INIT_PRODUCER_ID)
-                    lo, hi = _INIT_PRODUCER_ID_VERSIONS
-                    if theirs is None or theirs[1] < lo or theirs[0] > hi:
-                        if idem.producer_id < 0 and not self.config.idempotence_explicit:
-                            log.warning(
-                                "broker %s:%s does not support InitProducerId: producing "
-                                "without idempotence (set enable.idempotence=false to say "
-                                "so, or true to make this an error)", conn.host, conn.port)
-                            self.idem = None
-                            return
-                        idem.set_fatal(FatalProducerError(
-                            f"broker {conn.host}:{conn.port} does not support "
-                            "InitProducerId, so it cannot run an idempotent producer: set "
-                            "enable.idempotence=false", code=ErrorCode.unsupported_version))
-                        return
-                    resp = await conn.request(INIT_PRODUCER_ID, {
-                        "transactional_id": None,
-                        "transaction_timeout": 60_000,
-                        "producer_id": idem.producer_id,
-                        "producer_epoch": idem.epoch,
-                    }, version=min(hi, theirs[1]))
-                except KafkaError as e:
-                    if not e.retriable:
-                        idem.set_fatal(FatalProducerError(f"InitProducerId failed: {e}",
-                                                          code=e.code))
-                        return
-                    log.debug("InitProducerId failed, retrying: %s", e)
-                    await asyncio.sleep(backoff)
-                    continue
-                except Exception as e:  # a bug: fail loudly rather than hang every send
-                    log.exception("InitProducerId failed unexpectedly")
-                    idem.set_fatal(FatalProducerError(f"InitProducerId failed: {e!r}"))
-                    return
-                code = resp.error_code
-                if code == ErrorCode.none:
-                    reason = idem.reset_reason
-                    idem.set_producer_id(int(resp.producer_id), int(resp.producer_epoch),
-                                         self.acc.queued_batches())
-                    log.log(logging.INFO if reason else logging.DEBUG,
-                            "idempotent producer id %d epoch %d%s", idem.producer_id,
-                            idem.epoch, f" (reset: {reason})" if reason else "")
-                    return
-                err = error_for_code(code.value, f"InitProducerId failed: {code.name.upper()}")
-                if not err.retriable:
-                    idem.set_fatal(FatalProducerError(str(err), code=code))
-                    return
-                await asyncio.sleep(backoff)
+            if not await init_producer_id(self.config, self.net, self.acc, self.idem):
+                self.idem = None  # the broker cannot: producing without idempotence
         finally:
             self.wakeup()
 
@@ -522,37 +443,13 @@ class Sender:
 
     def _complete(self, batch: ProducerBatch[Completion], base_offset: int,
                   log_append_ms: int) -> None:
-        tokens = batch.tokens
-        kind: type[Any] | None = type(tokens[0]) if tokens else None
-        try:
-            if kind is _AsyncFuture:
-                # One C-level pass: no Python frame per record.
-                _exhaust(map(_set_async_result, tokens,  # type: ignore[arg-type]
-                             _metadata(batch, base_offset, log_append_ms)))
-            elif kind is not None and issubclass(kind, DeliveryFuture):
-                DeliveryFuture.set_results(tokens, _metadata(batch, base_offset, log_append_ms))
-            else:
-                raise TypeError
-        except Exception:
-            # A token cancelled by its user (InvalidStateError), or of another kind:
-            # one at a time, skipping those already done.
-            for token, md in zip(tokens, _metadata(batch, base_offset, log_append_ms)):
-                if not token.done():
-                    try:
-                        token.set_result(md)
-                    except Exception:
-                        pass
+        complete_tokens(batch, base_offset, log_append_ms)
         if self.idem is not None:
             self.idem.on_complete(batch)
         self._finish(batch)
 
     def _fail(self, batch: ProducerBatch[Completion], exc: BaseException) -> None:
-        for token in batch.tokens:
-            if not token.done():
-                try:
-                    token.set_exception(exc)
-                except Exception:
-                    pass
+        fail_tokens(batch, exc)
         if self.idem is not None:
             self.idem.on_fail(batch)
         if self.on_failed is not None:
