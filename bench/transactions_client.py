@@ -22,10 +22,20 @@ confluent-kafka's from the same run, with the aim it is judged against.
    `Consumer`, confluent-kafka's `Consumer`. Aim: each Tidegate client >= 0.8 x
    confluent-kafka (median rounds).
 
+3. Consume-transform-produce (`--parts 3`, not run by default): confluent-kafka (the
+   load generator) reads `--ctp-input` 100 B records from a group, writes each to an
+   output topic and commits every `--ctp-batch` records with
+   `send_offsets_to_transaction`, so every commit also sends AddOffsetsToTxn and
+   TxnOffsetCommit; `--seconds` per round. Commits/s and the broker's CPU per
+   transaction (all its threads, Linux schedstat). `--broker-trees` runs one broker per
+   source tree (a worktree's root, e.g. a before-tree) and alternates them round by
+   round, so a broker-side change is measured before/after in one run.
+
 Every measurement runs in this process, one after the other (the clients' own threads
 are the only concurrency).
 
     .venv/bin/python bench/transactions_client.py [--records 100000] [--rounds 3] [--quick]
+        [--parts 1,2] [--broker-trees .,/tmp/before] [--ctp-batch 1] [--seconds 8]
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import tests.integration.conftest as broker_conftest
 from tests.integration.conftest import BrokerProcess
 
 PRODUCERS = ("tidegate-async", "tidegate-sync", "confluent")
@@ -288,6 +299,119 @@ def run(args: argparse.Namespace) -> None:
     report(args, client, rates, txns, reads)
 
 
+def broker_cpu_s(broker: BrokerProcess) -> float:
+    """CPU time of every thread of the broker so far (Linux schedstat)."""
+    assert broker.proc is not None
+    total = 0
+    for task in Path(f"/proc/{broker.proc.pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            pass  # a thread that ended between the listing and the read
+    return total / 1e9
+
+
+def fill_input(bootstrap: str, topic: str, n: int) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, os.urandom(100), str(i).encode())
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(60):
+        raise SystemExit("input records not delivered")
+
+
+def ctp_confluent(broker: BrokerProcess, src: str, dst: str, group: str, batch: int,
+                  seconds: float) -> tuple[float, float]:
+    """Commits/s and broker CPU ms per commit of a consume-transform-produce loop."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    bs = broker.bootstrap
+    c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    p = Producer({"bootstrap.servers": bs, "transactional.id": f"{group}-txn",
+                  "linger.ms": 0, "acks": "all"})
+    try:
+        c.subscribe([src])
+        p.init_transactions(30)
+        while not c.assignment():  # joined: the first records wait in the fetch queue
+            c.poll(0.1)
+        commits = 0
+        cpu0, start = broker_cpu_s(broker), time.perf_counter()
+        until = start + seconds
+        while time.perf_counter() < until:
+            msgs = c.consume(batch, 1.0)
+            if not msgs:
+                raise SystemExit(f"{group}: the input ran out (raise --ctp-input)")
+            p.begin_transaction()
+            for m in msgs:
+                if m.error() is not None:
+                    raise KafkaException(m.error())
+                p.produce(dst, m.value(), m.key())
+            p.send_offsets_to_transaction(c.position(c.assignment()),
+                                          c.consumer_group_metadata(), 30)
+            p.commit_transaction(30)
+            commits += 1
+        elapsed = time.perf_counter() - start
+        cpu = broker_cpu_s(broker) - cpu0
+    finally:
+        c.close()
+    return commits / elapsed, cpu / commits * 1000
+
+
+def run_ctp(args: argparse.Namespace) -> None:
+    """Part 3: one broker per source tree, rounds alternated between them."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    trees = [Path(t).resolve() for t in args.broker_trees.split(",")]
+    commits: dict[str, list[float]] = {str(t): [] for t in trees}
+    cpu: dict[str, list[float]] = {str(t): [] for t in trees}
+    n_input = args.ctp_input
+    with tempfile.TemporaryDirectory(prefix="tidegate-bench-",
+                                     dir=os.environ.get("TIDEGATE_BENCH_DIR")) as tmp:
+        brokers: list[BrokerProcess] = []
+        try:
+            for i, tree in enumerate(trees):
+                broker_conftest.ROOT = tree  # the broker runs `tree`/src
+                b = BrokerProcess(Path(tmp) / f"data-{i}")
+                b.start()
+                brokers.append(b)
+                admin = AdminClient({"bootstrap.servers": b.bootstrap})
+                for f in admin.create_topics([NewTopic(t, args.partitions, 1)
+                                              for t in ("ctp-in", "ctp-out")]).values():
+                    f.result(30)
+                del admin
+                fill_input(b.bootstrap, "ctp-in", n_input)
+                ctp_confluent(b, "ctp-in", "ctp-out", "warmup", args.ctp_batch, 1.0)
+            for r in range(args.rounds):
+                for t in _rotated(tuple(str(t) for t in trees), r):
+                    b = brokers[[str(x) for x in trees].index(t)]
+                    rate, ms = ctp_confluent(b, "ctp-in", "ctp-out", f"ctp-{r}",
+                                             args.ctp_batch, args.seconds)
+                    commits[t].append(rate)
+                    cpu[t].append(ms)
+        finally:
+            for b in brokers:
+                b.stop()
+    print(f"\n3. consume-transform-produce (confluent-kafka), {args.ctp_batch} record(s) per "
+          f"transaction with send_offsets_to_transaction, {args.partitions} partitions, "
+          f"{args.seconds:g} s x {args.rounds} rounds alternated between brokers")
+    print(f"  {'broker tree':40}{'commits/s median (range)':>28}"
+          f"{'broker CPU ms/commit median (range)':>38}")
+    for t in commits:
+        c, m = commits[t], cpu[t]
+        print(f"  {t:40}{statistics.median(c):>12,.0f} ({min(c):,.0f}-{max(c):,.0f})"
+              f"{statistics.median(m):>20.3f} ({min(m):.3f}-{max(m):.3f})")
+    for t in commits:
+        print(f"  rounds {t}: " + ", ".join(
+            f"{c:,.0f}/s {m:.3f} ms" for c, m in zip(commits[t], cpu[t], strict=True)))
+
+
 def _table(title: str, unit: str, values: dict[str, list[float]]) -> None:
     med = statistics.median
     ref = med(values["confluent"])
@@ -324,10 +448,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true",
                     help="a short smoke run: 3,000 records, 1 round")
+    ap.add_argument("--parts", default="1,2", help="1,2: parts 1 and 2; 3: "
+                    "consume-transform-produce")
+    ap.add_argument("--broker-trees", default=str(Path(__file__).resolve().parents[1]),
+                    help="part 3: comma-separated source trees, one broker each")
+    ap.add_argument("--ctp-batch", type=int, default=1)
+    ap.add_argument("--ctp-input", type=int, default=200_000)
+    ap.add_argument("--seconds", type=float, default=8.0)
     args = ap.parse_args()
     if args.quick:
         args.records, args.rounds = 3000, 1
-    run(args)
+        args.ctp_input, args.seconds = 5000, 2.0
+    parts = {int(x) for x in args.parts.split(",")}
+    if parts & {1, 2}:
+        run(args)
+    if 3 in parts:
+        run_ctp(args)
 
 
 if __name__ == "__main__":

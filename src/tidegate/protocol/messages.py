@@ -12,7 +12,8 @@ APIs kio lacks (ControlledShutdown) are hand-written (protocol/hand_written.py):
 lookups, `decode` and `encode` here serve them too, so callers need no special case.
 `decode` reads Produce requests (v3-v12) with `protocol/produce_request.py` instead of
 kio: their records fields stay slices of the frame, not copies. AddPartitionsToTxn and
-EndTxn (v0-v5) are read by `protocol/txn_requests.py`: cheaper than kio's entities.
+EndTxn (v0-v5) are read by `protocol/txn_requests.py`, AddOffsetsToTxn (v0-v4) and
+TxnOffsetCommit (v0-v5) by `protocol/txn_offsets.py`: cheaper than kio's entities.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from tidegate.protocol import (
     guard,
     hand_written,
     produce_request,
+    txn_offsets,
     txn_requests,
 )
 from tidegate.protocol.guard import GuardError
@@ -92,20 +94,24 @@ def _writer(cls: type[Entity]) -> Callable[[io.BytesIO, Entity], None]:
 _HandDecoder = Callable[[bytes | memoryview, int, int], tuple[Any, int]]
 
 
-# the API keys `_hand_decoders` covers (Produce, AddPartitionsToTxn, EndTxn)
-_HAND_DECODED_KEYS = frozenset({produce_request.API_KEY, *txn_requests.decoders()})
+# the transaction APIs read by hand: API key -> (decoder, first and last version)
+_TXN_DECODERS = {**txn_requests.decoders(), **txn_offsets.decoders()}
+# the API keys `_hand_decoders` covers (Produce, AddPartitionsToTxn, AddOffsetsToTxn,
+# EndTxn, TxnOffsetCommit)
+_HAND_DECODED_KEYS = frozenset({produce_request.API_KEY, *_TXN_DECODERS})
 
 
 @functools.cache
 def _hand_decoders() -> dict[type[Entity], tuple[_HandDecoder, int]]:
     """kio's request classes read by a hand-written decoder instead (protocol/
-    produce_request.py, txn_requests.py), with the version each decodes."""
+    produce_request.py, txn_requests.py, txn_offsets.py), with the version each
+    decodes."""
     out: dict[type[Entity], tuple[_HandDecoder, int]] = {}
     lo, hi = produce_request.MIN_VERSION, produce_request.MAX_VERSION
     for v in range(lo, hi + 1):
         out[request_class(produce_request.API_KEY, v)] = (produce_request.decode, v)
-    for key, fn in txn_requests.decoders().items():
-        for v in range(txn_requests.MIN_VERSION, txn_requests.MAX_VERSION + 1):
+    for key, (fn, first, last) in _TXN_DECODERS.items():
+        for v in range(first, last + 1):
             out[request_class(key, v)] = (fn, v)
     return out
 

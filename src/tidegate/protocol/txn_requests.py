@@ -207,6 +207,8 @@ def decode_end_txn(buf: Buffer, pos: int, version: int) -> tuple[EndTxnRequest, 
 Decoder = Callable[[Buffer, int, int], tuple[Any, int]]
 
 
-def decoders() -> dict[int, Decoder]:
-    """The hand decoder of each API key this module reads."""
-    return {ADD_PARTITIONS_KEY: decode_add_partitions, END_TXN_KEY: decode_end_txn}
+def decoders() -> dict[int, tuple[Decoder, int, int]]:
+    """The hand decoder of each API key this module reads, with its served versions
+    (txn_offsets.py has the same for AddOffsetsToTxn and TxnOffsetCommit)."""
+    return {ADD_PARTITIONS_KEY: (decode_add_partitions, MIN_VERSION, MAX_VERSION),
+            END_TXN_KEY: (decode_end_txn, MIN_VERSION, MAX_VERSION)}

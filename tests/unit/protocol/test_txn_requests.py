@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.serial import entity_reader
+from tests.unit.protocol._garbled import GARBLINGS, assert_both_or_neither, garble
 
 from tidegate.protocol import guard
 from tidegate.protocol import txn_requests as tq
@@ -102,37 +103,20 @@ def test_same_values_as_kio(data: dict[str, Any]) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=requests, cut=st.integers(0, 10_000), at=st.integers(0, 10_000),
-       junk=st.binary(min_size=1, max_size=6), how=st.sampled_from(["cut", "set", "insert"]))
+@given(data=requests, **GARBLINGS)
 def test_garbled_bodies_fail_in_both_or_neither(data: dict[str, Any], cut: int, at: int,
                                                  junk: bytes, how: str) -> None:
     for key in (ADD, END):
         for v in VERSIONS:
-            raw = _encode(key, v, data)
-            i = at % (len(raw) + 1)
-            if how == "cut":
-                bad = raw[: cut % (len(raw) + 1)]
-            elif how == "set":
-                bad = raw[:i] + junk + raw[i + len(junk):]
-            else:
-                bad = raw[:i] + junk + raw[i:]
-            try:
-                req, end = _kio(key, v, bad)
-                want: Any = (_plain(key, v, req), end)
-            except KeyError as e:  # kio refuses a tagged field it does not know; Kafka
-                # (and the hand decoder) skips it: a newer client may send one
-                assert "Unknown tagged field" in str(e)
-                want = "skipped"
-            except Exception:
-                want = "error"
-            try:
-                req, end = _hand(key, v, bad)
-                got: Any = "skipped" if want == "skipped" else (_plain(key, v, req), end)
-            except tq.TxnDecodeError:
-                got = "error"
-            if want == "skipped" and got == "error":  # a later fault kio never reached
-                continue
-            assert got == want, f"{key} v{v} {how}: {bad.hex()}"
+            bad = garble(_encode(key, v, data), cut, at, junk, how)
+            assert_both_or_neither(
+                bad, lambda b: _plain_end(key, v, *_kio(key, v, b)),  # noqa: B023
+                lambda b: _plain_end(key, v, *_hand(key, v, b)),  # noqa: B023
+                tq.TxnDecodeError, f"{key} v{v} {how}")
+
+
+def _plain_end(key: int, version: int, req: Any, end: int) -> tuple[Any, ...]:
+    return (_plain(key, version, req), end)
 
 
 @pytest.mark.parametrize("body", [b"", b"\xff\xfe", b"\x00\x01a\x00\x00\x00\x00\x00\x00\x00"

@@ -42,6 +42,12 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import CONSUMER_OFFSETS, INTERNAL_TOPICS
 from tidegate.protocol.messages import build, view
+from tidegate.protocol.txn_offsets import (
+    TxnOffsetCommitPartitionResult,
+    TxnOffsetCommitTopicResult,
+    add_offsets_response,
+    txn_offset_commit_response,
+)
 from tidegate.protocol.txn_responses import (
     AddPartitionsToTxnPartitionResult,
     AddPartitionsToTxnResult,
@@ -195,8 +201,7 @@ async def handle_add_offsets(broker: Broker, ctx: RequestContext, req: Any) -> A
                 txn_id, int(req.producer_id), int(req.producer_epoch), group_id)
         except KafkaError as e:
             code = e.code
-    code = _fenced(code, ctx.api_version, 2)
-    return build(ctx.response_class, {"throttle_time": 0, "error_code": code})
+    return add_offsets_response(ctx.api_version, error_code=_fenced(code, ctx.api_version, 2))
 
 
 async def handle_end_txn(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -277,14 +282,14 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
         else:
             for p in valid:
                 codes[(p.topic, p.partition)] = code
-    topics: dict[str, list[dict[str, Any]]] = {}
+    topics: dict[str, list[TxnOffsetCommitPartitionResult]] = {}
     for t in req.topics or ():
         for p in t.partitions or ():
             tp = (str(t.name), int(p.partition_index))
             topics.setdefault(tp[0], []).append(
-                {"partition_index": tp[1], "error_code": codes.get(tp, ErrorCode.none)})
-    return build(ctx.response_class, {"throttle_time": 0, "topics": [
-        {"name": name, "partitions": parts} for name, parts in topics.items()]})
+                TxnOffsetCommitPartitionResult(tp[1], codes.get(tp, ErrorCode.none)))
+    return txn_offset_commit_response(ctx.api_version, topics=tuple(
+        TxnOffsetCommitTopicResult(name, tuple(parts)) for name, parts in topics.items()))
 
 
 async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
