@@ -18,6 +18,14 @@ Apache Kafka runs beside it when its jars are there (`make deps-kafka`, `--peer`
 `bench/peer_kafka.py`): acks=all in each round after Tidegate's modes, with Kafka's
 defaults (no fsync) and with `log.flush.interval.messages=1`, then consumed the same way.
 
+Every target is measured in the same run, each alone: before each timed produce (every
+Tidegate mode, every Kafka mode) the bench calls sync(2), which returns once every dirty
+page is written back (`settle`). Kafka's default fsyncs nothing, so its round leaves
+~300 MB dirty; without the sync the kernel writes them back some 30 s later
+(`vm.dirty_expire_centisecs`), in whichever round is running then, and that round's
+fsyncs share the disk with it. The idle JVMs are left running: stopping them (SIGSTOP)
+during the other targets' rounds changed nothing measurable (docs/benchmarks.md).
+
     .venv/bin/python bench/produce_consume.py [--records 300000] [--partitions 3] [--rounds 3]
         [--peer auto|none|kafka,kafka-fsync] [--load auto|c|java|python] [--quick]
 """
@@ -58,6 +66,13 @@ def disk_bandwidth(directory: Path, total_mb: int, sync_each: bool) -> float:
         os.close(fd)
         path.unlink()
     return total_mb / elapsed
+
+
+def settle() -> None:
+    """Write back every dirty page before a timed round (Linux's sync(2) waits for the
+    writeback), so no target's round pays for the page cache an earlier one left dirty
+    (module docstring). Not timed."""
+    os.sync()
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -194,6 +209,7 @@ def main() -> None:
                     label, acks, _config = MODES[m]
                     topic = f"bench-{m}-{r}"
                     pid = broker.proc.pid if broker.proc is not None else 0
+                    settle()
                     before_cpu = process_cpu_seconds(pid)
                     res = produce(b, topic, args.records, args.size, acks, load, args.partitions)
                     after_cpu = process_cpu_seconds(pid)
@@ -202,6 +218,7 @@ def main() -> None:
                     load_cpu[label].append(res.load_cpu_s / args.records * 1e6)
                 for k in range(len(kafkas)):  # then Kafka, acks=all, its modes rotated too
                     mode = list(kafkas)[(r + k) % len(kafkas)]
+                    settle()
                     before = kafkas[mode].cpu_seconds()
                     res = produce(kafkas[mode].bootstrap, f"bench-{r}", args.records, args.size,
                                   "all", load, args.partitions)

@@ -94,3 +94,25 @@ def test_fast_exposition_writes_what_prometheus_client_writes() -> None:
     assert [line for line in ours.splitlines() if "_created" not in line] == strip
     names = {s.name for f in text_string_to_metric_families(ours) for s in f.samples}
     assert {"reqs_total", "size", "lat_bucket", "lat_sum", "lat_count"} <= names
+
+
+def test_produce_is_counted_when_the_handler_dropped_its_records() -> None:
+    """The handler drops a hand-decoded request's records before it answers (they are
+    views of the request's buffer): what it carried is read before the handler runs."""
+    from tidegate.protocol import produce_request
+    from tidegate.protocol.messages import encode
+
+    rm = RequestMetrics(lambda _id: None)
+    body = encode(build(request_class(0, 9), {"acks": -1, "timeout": 1000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": batch(3)}]}]}))
+    req, _ = produce_request.decode(memoryview(bytearray(body)), 0, 9)
+    resp = build(response_class(0, 9), {"responses": [{"name": "t", "partition_responses": [
+        {"index": 0, "error_code": 0}]}]})
+
+    async def handler(_b: Any, _c: Any, r: Any) -> Any:
+        produce_request.drop_records(r)
+        return resp
+
+    asyncio.run(rm.run(handler, None, RequestContext(0, 9, 1, "c", "peer"), req, 0.0))  # type: ignore[arg-type]
+    assert req.topic_data[0].partition_data[0].records is None
+    assert rm.topics["t"].messages_in == 3 and rm.topics["t"].bytes_in == len(batch(3))

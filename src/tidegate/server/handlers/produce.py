@@ -41,6 +41,7 @@ from typing import Any
 from tidegate.common.errors import ErrorCode, KafkaError
 from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.protocol.messages import ms, view
+from tidegate.protocol.produce_request import drop_records
 from tidegate.protocol.produce_response import (
     PartitionProduceResponse,
     RecordError,
@@ -218,6 +219,11 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
     # fsync this one waits for (server/listener.py). Nothing below changes state.
     for slot in slots.values():
         slot.release()
+    # The records are in the log: let go of the request's views of the frame, so that the
+    # listener's buffer pool can reuse its buffer while this request waits on the group
+    # commit (protocol/produce_request.py's drop_records)
+    records = part = None
+    drop_records(req)
     ctx.release()
     if acks == 0:
         return None

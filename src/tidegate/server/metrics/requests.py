@@ -116,10 +116,18 @@ class RequestMetrics:
         """Run `handler` and count the request; `arrived`: perf_counter() when the
         request was read (its queue time runs from there to now)."""
         start = time.perf_counter()
+        # what a Produce carries is read now: the handler drops its records once they
+        # are appended (protocol/produce_request.py's drop_records)
+        produced = None
+        if ctx.api_key == _PRODUCE:
+            try:
+                produced = _produce_sizes(request)
+            except Exception:  # as below: counting never fails a request
+                produced = None
         response = await handler(broker, ctx, request)
         end = time.perf_counter()
         try:
-            self._count(ctx, request, response, arrived, start, end)
+            self._count(ctx, request, response, arrived, start, end, produced)
         except Exception:  # a counting bug must never fail a request: logged once
             if not self._failed:
                 self._failed = True
@@ -128,7 +136,8 @@ class RequestMetrics:
         return response
 
     def _count(self, ctx: RequestContext, request: Any, response: Any,
-               arrived: float, start: float, end: float) -> None:
+               arrived: float, start: float, end: float,
+               produced: list[tuple[str, int, int, int]] | None = None) -> None:
         stats = self.apis.get(ctx.api_key)
         if stats is None:
             stats = self.apis[ctx.api_key] = ApiStats()
@@ -139,7 +148,7 @@ class RequestMetrics:
         if response is not None:
             count_errors(response, stats.errors)
         if ctx.api_key == _PRODUCE:
-            self._produced(request, response)
+            self._produced(produced or [], response)
         elif ctx.api_key == _FETCH and response is not None:
             self._fetched(request, response)
         elif ctx.api_key == _END_TXN and response is not None and not response.error_code:
@@ -157,24 +166,21 @@ class RequestMetrics:
             if n == name:
                 del self._names_by_id[tid]
 
-    def _produced(self, request: Any, response: Any) -> None:
+    def _produced(self, produced: list[tuple[str, int, int, int]], response: Any) -> None:
+        """Count `produced` ((topic, partition, bytes, records) from `_produce_sizes`)
+        but for the partitions the response failed."""
         failed: set[tuple[str, int]] = set()
         if response is not None:  # acks=0 answers nothing: every partition counts
             for t in response.responses:
                 for p in t.partition_responses:
                     if p.error_code:
                         failed.add((str(t.name), int(p.index)))
-        for t in request.topic_data:
-            name = str(t.name)
-            stats = None
-            for p in t.partition_data:
-                records = p.records
-                if not records or (failed and (name, int(p.index)) in failed):
-                    continue
-                if stats is None:
-                    stats = self.topic(name)
-                stats.bytes_in += len(records)
-                stats.messages_in += record_count(records)
+        for name, index, size, count in produced:
+            if failed and (name, index) in failed:
+                continue
+            stats = self.topic(name)
+            stats.bytes_in += size
+            stats.messages_in += count
 
     def _fetched(self, request: Any, response: Any) -> None:
         state = getattr(request, "replica_state", None)
@@ -207,6 +213,12 @@ class RequestMetrics:
                     self._names_by_id.clear()
                 self._names_by_id[topic_id] = name
         return name
+
+
+def _produce_sizes(request: Any) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, bytes, records) of each partition of a Produce that has records."""
+    return [(str(t.name), int(p.index), len(p.records), record_count(p.records))
+            for t in request.topic_data for p in t.partition_data if p.records]
 
 
 def record_count(records: bytes | memoryview) -> int:
