@@ -17,7 +17,7 @@ import pytest
 
 from tidegate.common.clock import ManualClock
 from tidegate.records.batch import iter_headers
-from tidegate.storage import files, log_manager
+from tidegate.storage import files, log_manager_jobs, log_manager_loading
 from tidegate.storage import log as log_module
 from tidegate.storage.config import topic_defaults_from_broker
 from tidegate.storage.log_manager import LogManager
@@ -56,7 +56,7 @@ def test_torn_tail_is_cut_before_sync_checkpoint_and_use(
     whole = len(batch(3))
     assert seg.stat().st_size == whole + 40
     events: list[str] = []
-    real_sync, real_checkpoint = files.sync_filesystem, log_manager.write_offset_checkpoint
+    real_sync, real_checkpoint = files.sync_filesystem, log_manager_jobs.write_offset_checkpoint
 
     def sync(d: Path) -> None:
         # recovery has already cut the torn tail when the sync makes it durable
@@ -67,8 +67,8 @@ def test_torn_tail_is_cut_before_sync_checkpoint_and_use(
         events.append(f"checkpoint {p.name}")
         real_checkpoint(p, values)
 
-    monkeypatch.setattr(log_manager, "sync_filesystem", sync)
-    monkeypatch.setattr(log_manager, "write_offset_checkpoint", checkpoint)
+    monkeypatch.setattr(log_manager_loading, "sync_filesystem", sync)
+    monkeypatch.setattr(log_manager_jobs, "write_offset_checkpoint", checkpoint)
     m = LogManager(tmp_path, DEFAULTS, ManualClock(BASE_TS), recovery_threads=4)
     m.load()
     assert events[0] == f"sync size={whole}"
@@ -99,7 +99,7 @@ def test_load_makes_no_fsync_per_partition(
     synced: list[Path] = []
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "fdatasync", fdatasync)
-    monkeypatch.setattr(log_manager, "sync_filesystem",
+    monkeypatch.setattr(log_manager_loading, "sync_filesystem",
                         lambda d: (synced.append(d), files.sync_filesystem(d)))
     m = LogManager(tmp_path, DEFAULTS, ManualClock(BASE_TS), recovery_threads=4)
     m.load()
@@ -174,7 +174,7 @@ def test_clean_start_writes_leader_epoch_checkpoints_unsynced_then_syncs(
         files.sync_filesystem(d)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(log_manager, "sync_filesystem", sync_filesystem)
+    monkeypatch.setattr(log_manager_loading, "sync_filesystem", sync_filesystem)
     m = LogManager(tmp_path, DEFAULTS, ManualClock(BASE_TS), recovery_threads=4)
     m.load()
     for p in range(PARTITIONS):
