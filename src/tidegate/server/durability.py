@@ -27,8 +27,14 @@ syncfs(2) per log directory instead of an fsync each (storage/flush_together.py:
 that is as durable, and how a failed syncfs falls back to per-file fsyncs). Either way
 every log's waiters, recovery point and high watermark are handled one log at a time
 when the round ends, exactly as for a flush of its own, and a failed flush fails only
-its own log's waiters. The produce path and the coordinators' background waits register
-with `durable_future`, a future per partition, not a Task.
+its own log's waiters. The coordinators' background waits register with
+`durable_future`, a future per log, not a Task; a Produce registers ONE `DurableWaiter`
+for all its partitions (`add_waiter`: a count of partitions still to become durable and
+one future), where a future per partition and `gather` cost a done-callback and a loop
+dispatch per partition. A failed flush still fails exactly its own log's partitions of
+the request (`DurableWaiter.errors`). The next round is handed to the flush threads as
+soon as the last one has been handled, in the same loop callback, not behind the
+callbacks that round's answers scheduled.
 
 When the flush policy is relaxed (`log.flush.interval.messages` > 1 or a
 `flush.messages` topic override), the caller does not wait; the scheduler flushes by
@@ -62,6 +68,43 @@ log = logging.getLogger(__name__)
 RETRY_S = (0.05, 2.0)  # a failed flush is tried again after this, doubling
 
 
+class DurableWaiter:
+    """One request's wait on the group commit over many logs (a Produce over 1,000
+    partitions): how many of its registered partitions are not durable yet, and ONE
+    future, done when none is left. A partition whose flush failed counts as done, with
+    its error in `errors` (keyed by the slot the caller gave it); the future itself
+    never fails, so one bad log never hides the others' outcome."""
+
+    __slots__ = ("errors", "future", "left")
+
+    def __init__(self) -> None:
+        self.left = 0
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.errors: dict[int, BaseException] = {}
+
+    def _done(self, slot: int, error: BaseException | None) -> None:
+        if error is not None:
+            self.errors[slot] = error
+        self.left -= 1
+        if self.left <= 0 and not self.future.done():  # (cancelled: the request is gone)
+            self.future.set_result(None)
+
+
+# a registered wait: (offset, its future, -1) or (offset, a request's waiter, its slot)
+Wait = tuple[int, "asyncio.Future[None] | DurableWaiter", int]
+
+
+def _answer(fut: asyncio.Future[None] | DurableWaiter, slot: int,
+            error: BaseException | None) -> None:
+    if isinstance(fut, DurableWaiter):
+        fut._done(slot, error)
+    elif not fut.done():
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+
+
 class GroupCommit:
     def __init__(
         self,
@@ -74,7 +117,7 @@ class GroupCommit:
         # covers at least this far (appends happen on the loop, the flush reads the end
         # in its thread later), so a waiter below it needs no flush after it
         self._covering: dict[int, int] = {}
-        self._waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
+        self._waiters: dict[int, list[Wait]] = {}
         self._on_flushed = on_flushed
         self.fsync_rounds = 0
         self.failed: Exception | None = None
@@ -136,14 +179,28 @@ class GroupCommit:
         if target.recovery_point >= offset:
             return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(id(target), []).append((offset, fut))
+        self._register(target, offset, (offset, fut, -1))
+        return fut
+
+    def add_waiter(self, waiter: DurableWaiter, slot: int, target: Flushable,
+                   offset: int) -> bool:
+        """Count `target` up to `offset` in `waiter` (the request's one wait; `slot`
+        names the partition in `waiter.errors` if its flush fails). False if it is
+        durable already (not counted)."""
+        if target.recovery_point >= offset:
+            return False
+        waiter.left += 1
+        self._register(target, offset, (offset, waiter, slot))
+        return True
+
+    def _register(self, target: Flushable, offset: int, wait: Wait) -> None:
+        self._waiters.setdefault(id(target), []).append(wait)
         if offset > self._covering.get(id(target), -1):
             # not covered by a flush under way (a request that only reads, e.g. KIP-890
             # verification, used to queue an fsync that found nothing new to write, and
             # the next append waited for it)
             self._dirty[id(target)] = target
         self._kick(target)
-        return fut
 
     def _kick(self, target: Flushable) -> None:
         key = id(target)
@@ -191,7 +248,7 @@ class GroupCommit:
         while self._dirty.pop(key, None) is not None:
             point = target.recovery_point
             if point >= target.log_end_offset and all(
-                    off <= point for off, _ in self._waiters.get(key, ())):
+                    w[0] <= point for w in self._waiters.get(key, ())):
                 # the flush that just ended read the log end after this was asked
                 # for, and covered it: another would find nothing new to write
                 self._on_flushed(target, point)
@@ -214,6 +271,8 @@ class GroupCommit:
         `FSYNC_THREADS`; the kernel merges concurrent fsyncs, where one thread would run
         them one after another)."""
         batch, self._batch = self._batch, []
+        if not batch:  # submitted already, at the end of the round before
+            return
         syncfs = self._syncfs
         if (syncfs is not None and len(batch) >= self.syncfs_threshold
                 and all(isinstance(t, Log) for t in batch)):
@@ -228,18 +287,22 @@ class GroupCommit:
 
     def _round_flushed(self, rnd: Round) -> None:
         """On the loop, once every log of the round is flushed (or failed): each as if
-        flushed alone."""
+        flushed alone. The logs that need another flush go to the threads at the end of
+        this call, not in a later loop iteration behind the answers it scheduled."""
         raised: BaseException | None = None
+        took = time.perf_counter() - rnd.began
         for target, outcome in zip(rnd.logs, rnd.results, strict=True):
             try:
-                self._flush_done(target, rnd.began,
+                self._flush_done(target, took,
                                  outcome if isinstance(outcome, BaseException) else None)
             except BaseException as bug:  # the others' waiters still get their answer
                 raised = raised or bug
+        if self._batch:
+            self._submit_batch()
         if raised is not None:
             raise raised
 
-    def _flush_done(self, target: Flushable, began: float, e: BaseException | None) -> None:
+    def _flush_done(self, target: Flushable, took: float, e: BaseException | None) -> None:
         key = id(target)
         try:
             if e is not None:
@@ -251,7 +314,7 @@ class GroupCommit:
                 self._on_flushed(target, target.recovery_point)
                 released = self._release(target)
                 if self.on_fsync is not None:  # the waiters this fsync released
-                    self.on_fsync(time.perf_counter() - began, released)
+                    self.on_fsync(took, released)
         except BaseException:
             self._abandon(target)
             raise
@@ -269,9 +332,8 @@ class GroupCommit:
             else:
                 log.error("fsync failed: %s", e)
         self.failed = e if isinstance(e, Exception) else RuntimeError(str(e))
-        for _, fut in self._waiters.pop(key, []):
-            if not fut.done():
-                fut.set_exception(e)
+        for _, fut, slot in self._waiters.pop(key, []):
+            _answer(fut, slot, e)
         if not offline:
             self._retry_later(target)
 
@@ -283,23 +345,21 @@ class GroupCommit:
             return 0
         point = target.recovery_point
         if len(waiters) == 1:  # the common case at many partitions: one request each
-            offset, fut = waiters[0]
+            offset, fut, slot = waiters[0]
             if offset > point:
                 self._dirty[key] = target
                 return 0
             del self._waiters[key]
-            if not fut.done():
-                fut.set_result(None)
+            _answer(fut, slot, None)
             return 1
         keep = []
         released = 0
-        for offset, fut in waiters:
-            if offset <= point:
+        for wait in waiters:
+            if wait[0] <= point:
                 released += 1
-                if not fut.done():
-                    fut.set_result(None)
+                _answer(wait[1], wait[2], None)
             else:
-                keep.append((offset, fut))
+                keep.append(wait)
                 self._dirty[key] = target
         if keep:
             self._waiters[key] = keep
@@ -332,6 +392,5 @@ class GroupCommit:
             retry.cancel()
         self._retry_delay.pop(id(target), None)
         self._dirty.pop(id(target), None)
-        for _, fut in self._waiters.pop(id(target), []):
-            if not fut.done():
-                fut.set_exception(RuntimeError("partition deleted"))
+        for _, fut, slot in self._waiters.pop(id(target), []):
+            _answer(fut, slot, RuntimeError("partition deleted"))

@@ -36,7 +36,7 @@ from tidegate.common.errors import (
     KafkaStorageError,
     UnknownTopicOrPartitionError,
 )
-from tidegate.server.durability import GroupCommit
+from tidegate.server.durability import DurableWaiter, GroupCommit
 from tidegate.server.flush_threads import Flushable
 from tidegate.server.leadership import Leadership
 from tidegate.server.partition import NO_EPOCH, NotLeaderOrFollowerError, Partition
@@ -270,6 +270,15 @@ class ReplicaManager:
             # watermark may not have run yet: the answer must not come before it
             self._advance_hw(lg, lg.recovery_point)
         return fut
+
+    def add_durable_wait(self, waiter: DurableWaiter, slot: int, lg: Log, offset: int) -> bool:
+        """`durable_future` for one partition of a request that waits on many: counted
+        in `waiter` (its one future; a failed fsync lands in `waiter.errors[slot]`).
+        False if durable already (the high watermark moved here)."""
+        if self.group_commit.add_waiter(waiter, slot, lg, offset):
+            return True
+        self._advance_hw(lg, lg.recovery_point)  # as in `durable_future`
+        return False
 
     async def wait_committed(self, part: Partition, offset: int,
                              timeout: float | None = None) -> ErrorCode:

@@ -21,6 +21,19 @@ background writeback before it. On any syncfs error every log of the round falls
 `Log.flush` (fsync of each file: each file's own descriptor still reports its error, and
 the segments' dirty flags were left set), so the logs that lost writes fail and the
 others succeed, as without this module.
+
+Rounds share syncfs calls (`SyncfsDirs.sync`). Several rounds are often in flight at
+once (logs kicked in different loop iterations; one per flush thread), and they used to
+queue on the directory one syncfs after another, the last waiting for all the others'
+(py-spy at 1,000 partitions: the flush threads spent most of their time on that lock).
+A syncfs writes back everything dirty when it STARTS, so a round that arrives while one
+is running waits for the next one to start and end: every round that arrived during a
+call shares that next one, and a round waits at most for the running call and one more,
+never for a queue. Its logs' recovery points still only reach what the round captured
+before asking, and the call that covers it started after that. A failed call fails the
+rounds that waited for it AND those that arrived while it ran (its error is reported
+once through the shared descriptor, and their data may have been in the writeback that
+failed): all of them fall back to per-file fsyncs.
 """
 
 from __future__ import annotations
@@ -48,6 +61,12 @@ class SyncfsDirs:
         # was a tenth of a 1,000-log round's Python (a renamed directory is a new key)
         self._parents: dict[str, str | None] = {}
         self._lock = threading.Lock()
+        self._turn = threading.Condition(self._lock)
+        # descriptor -> [syncfs calls started, ended, running?]; one call at a time per
+        # descriptor, shared by every round that arrived before it started (module doc)
+        self._calls: dict[int, list[int]] = {}
+        self._failed: dict[tuple[int, int], OSError] = {}  # (fd, call number) -> error
+        self._forgotten = 0  # calls up to this number may have failed (pruned from there)
         if self.syncfs is None:
             return
         for d in dirs:
@@ -80,16 +99,57 @@ class SyncfsDirs:
         return found
 
     def sync(self, log_dir: str) -> None:
-        with self._lock:  # `close` never frees a descriptor under a running call
+        """Return once a syncfs of `log_dir`'s file system that started after this call
+        was made has ended (shared with the other rounds waiting: module doc)."""
+        with self._turn:
             fd = self._fds.get(log_dir)
-            if fd is None or self.syncfs is None:
+            syncfs = self.syncfs
+            if fd is None or syncfs is None:
                 raise OSError(f"no syncfs descriptor for {log_dir}")
-            self.syncfs(fd)
+            calls = self._calls.setdefault(fd, [0, 0, 0])
+            need = calls[0] + 1  # the first call to START from now on covers this round
+            while calls[1] < need:
+                if not calls[2]:
+                    if self._fds.get(log_dir) != fd:  # closed while waiting
+                        raise OSError(f"no syncfs descriptor for {log_dir}")
+                    break  # none running: start it (it is call `need`)
+                self._turn.wait()
+            else:  # a call that started after this one arrived has ended
+                failed = self._failed.get((fd, need))
+                if failed is None and need <= self._forgotten:
+                    failed = OSError(f"syncfs of {log_dir} failed")  # pruned: assume it
+                if failed is not None:
+                    raise failed
+                return
+            calls[0] = number = need
+            calls[2] = 1
+        error: OSError | None = None
+        try:
+            syncfs(fd)
+        except BaseException as e:  # whatever it was, the call covered nobody
+            error = e if isinstance(e, OSError) else OSError(f"syncfs: {e!r}")
+            raise
+        finally:
+            with self._turn:
+                calls[1], calls[2] = number, 0
+                if error is not None:
+                    # the rounds that arrived during this call fail too (module doc): the
+                    # next call number is theirs, spent as failed (no call is running)
+                    calls[0] = calls[1] = number + 1
+                    self._failed[(fd, number)] = self._failed[(fd, number + 1)] = error
+                    if len(self._failed) > 64:  # a failing disk, for ever
+                        for key in sorted(self._failed)[:-8]:
+                            self._forgotten = max(self._forgotten, key[1])
+                            del self._failed[key]
+                self._turn.notify_all()
 
     def close(self) -> None:
-        with self._lock:
+        with self._turn:
+            while any(calls[2] for calls in self._calls.values()):
+                self._turn.wait()  # never free a descriptor under a running call
             fds, self._fds = self._fds, {}
             self._parents = {}  # no log has a descriptor here any more
+            self._turn.notify_all()
         for fd in set(fds.values()):
             os.close(fd)
 

@@ -54,6 +54,7 @@ from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
+from tidegate.server.durability import DurableWaiter
 from tidegate.server.handlers.common import error_fields, resolve_topic
 from tidegate.server.handlers.txn_produce import (
     Slot,
@@ -97,6 +98,12 @@ async def _wait(broker: Broker, replica: Partition, acks: int, offset: int,
         await broker.replicas.wait_local_durable(replica.log, offset)
         return ErrorCode.none
     return await broker.replicas.wait_committed(replica, offset, timeout)
+
+
+def _failed_fsync(waited: PartitionProduceResponse, error: BaseException) -> None:
+    waited.error_code = ErrorCode.kafka_storage_error
+    waited.error_message = f"fsync failed: {error}"
+    waited.base_offset = -1
 
 
 async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
@@ -230,23 +237,30 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
     if waits:
         # Every wait must be registered with the group commit now, so that a failed
         # fsync fails each of them at once (durability.py). On one node under the fsync-
-        # per-write policy that is a future per partition (`durable_future`); elsewhere
-        # (a cluster, a relaxed policy with acks=all) a Task per partition runs `_wait`.
+        # per-write policy all of them share ONE waiter (a count and a future, not a
+        # future per partition); elsewhere (a cluster, a relaxed policy with acks=all) a
+        # Task per partition runs `_wait`.
         replicas = broker.replicas
+        waiter: DurableWaiter | None = None
         pending: list[Any] = []
         answered: list[tuple[PartitionProduceResponse, Partition, int]] = []
-        for entry in waits:
+        for at, entry in enumerate(waits):
             _, replica, offset = entry
             if single_node and replica.leadership is None and syncs_every_write(replica.log):
-                fut = replicas.durable_future(replica.log, offset)
-                if fut is None:
-                    continue  # durable already
-                pending.append(fut)
-            else:
-                pending.append(_wait(broker, replica, acks, offset, timeout))
+                if waiter is None:
+                    waiter = DurableWaiter()
+                replicas.add_durable_wait(waiter, at, replica.log, offset)
+                continue
+            pending.append(_wait(broker, replica, acks, offset, timeout))
             answered.append(entry)
+        if waiter is not None and waiter.left:
+            if pending:
+                pending.append(waiter.future)
+            else:
+                await waiter.future
         outcomes = await asyncio.gather(*pending, return_exceptions=True) if pending else []
-        for (waited, _, _), outcome in zip(answered, outcomes, strict=True):
+        # (the waiter's future, if gathered too, is last: its outcome is in `errors`)
+        for (waited, _, _), outcome in zip(answered, outcomes[:len(answered)], strict=True):
             if isinstance(outcome, ErrorCode) and outcome != ErrorCode.none:
                 waited.error_code = outcome  # REQUEST_TIMED_OUT, ..._AFTER_APPEND
                 if outcome != ErrorCode.not_enough_replicas_after_append:
@@ -256,8 +270,9 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 waited.error_message = str(outcome)
                 waited.base_offset = -1
             elif isinstance(outcome, BaseException):
-                waited.error_code = ErrorCode.kafka_storage_error
-                waited.error_message = f"fsync failed: {outcome}"
-                waited.base_offset = -1
+                _failed_fsync(waited, outcome)
+        if waiter is not None:
+            for at, error in waiter.errors.items():  # exactly the logs whose flush failed
+                _failed_fsync(waits[at][0], error)
     return response_class(ctx.api_version)(
         tuple(TopicProduceResponse(name, tuple(parts)) for (name, _), parts in by_topic.items()))
