@@ -34,6 +34,12 @@ before asking, and the call that covers it started after that. A failed call fai
 rounds that waited for it AND those that arrived while it ran (its error is reported
 once through the shared descriptor, and their data may have been in the writeback that
 failed): all of them fall back to per-file fsyncs.
+
+After a failed call the directory's syncfs is not trusted again: its logs are fsynced
+file by file from then on (logged once). A syncfs writes back every dirty page of the
+file system, so a failed one may have lost the pages of a log that was in no round at
+the time; that log's next syncfs would report nothing (the error went to the shared
+descriptor once), but its own descriptor's fsync still reports the lost write.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ class SyncfsDirs:
         self._calls: dict[int, list[int]] = {}
         self._failed: dict[tuple[int, int], OSError] = {}  # (fd, call number) -> error
         self._forgotten = 0  # calls up to this number may have failed (pruned from there)
+        self._retired: list[int] = []  # descriptors of directories given up (module doc)
         if self.syncfs is None:
             return
         for d in dirs:
@@ -137,20 +144,35 @@ class SyncfsDirs:
                     # next call number is theirs, spent as failed (no call is running)
                     calls[0] = calls[1] = number + 1
                     self._failed[(fd, number)] = self._failed[(fd, number + 1)] = error
+                    self._give_up(fd, log_dir, error)
                     if len(self._failed) > 64:  # a failing disk, for ever
                         for key in sorted(self._failed)[:-8]:
                             self._forgotten = max(self._forgotten, key[1])
                             del self._failed[key]
                 self._turn.notify_all()
 
+    def _give_up(self, fd: int, log_dir: str, error: OSError) -> None:
+        """After a failed call (under the lock): the directory's logs are fsynced file
+        by file from now on (module doc); its descriptor is closed by `close`."""
+        names = [name for name, d in self._fds.items() if d == fd]
+        if not names:
+            return
+        for name in names:
+            del self._fds[name]
+        self._retired.append(fd)
+        self._parents = {}  # its logs' next rounds find no descriptor
+        log.error("syncfs of %s failed (%s): its logs are fsynced file by file from now on",
+                  log_dir, error)
+
     def close(self) -> None:
         with self._turn:
             while any(calls[2] for calls in self._calls.values()):
                 self._turn.wait()  # never free a descriptor under a running call
             fds, self._fds = self._fds, {}
+            retired, self._retired = self._retired, []
             self._parents = {}  # no log has a descriptor here any more
             self._turn.notify_all()
-        for fd in set(fds.values()):
+        for fd in set(fds.values()) | set(retired):
             os.close(fd)
 
 

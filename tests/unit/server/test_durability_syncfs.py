@@ -153,6 +153,42 @@ def test_a_failed_syncfs_falls_back_to_fsyncing_each_file(
         f"t-{i}" for i in range(LOGS)}
 
 
+def test_after_a_failed_syncfs_the_directory_is_fsynced_file_by_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed syncfs may have lost the pages of a log in no round then, and the next
+    syncfs would not report it again: later rounds fsync each file, whose own descriptor
+    still reports the lost write."""
+    calls = Calls(monkeypatch)
+    calls.syncfs_error = OSError(errno.EIO, "Input/output error")
+    logs = _logs(tmp_path, LOGS)
+    for lg in logs:
+        lg.flush()
+    calls.fdatasync.clear()
+
+    async def main() -> list[object]:
+        gc = GroupCommit(lambda _t, _rp: None)
+        assert gc.use_syncfs([tmp_path], THRESHOLD)
+        first = [_append(lg) for lg in logs]
+        await asyncio.gather(*(gc.wait_durable(lg, e) for lg, e in zip(logs, first)),
+                             return_exceptions=True)
+        assert calls.syncfs == 1
+        calls.syncfs_error = None  # the disk "recovered": syncfs would now say nothing
+        calls.fdatasync.clear()
+        calls.fail_file = "/t-5/"  # t-5's lost write shows only on its own descriptor
+        again = [_append(lg) for lg in logs]
+        got = await asyncio.gather(*(gc.wait_durable(lg, e) for lg, e in zip(logs, again)),
+                                   return_exceptions=True)
+        gc.close()
+        return list(got)
+
+    got = asyncio.run(main())
+    assert calls.syncfs == 1  # never called again for this directory
+    assert isinstance(got[5], OSError)
+    assert [g for i, g in enumerate(got) if i != 5] == [None] * (LOGS - 1)
+    assert {Path(p).parent.name for p in calls.fdatasync if p.endswith(".log")} == {
+        f"t-{i}" for i in range(LOGS)}
+
+
 def test_off_when_syncfs_cannot_report_errors(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ft, "syncfs_reporting_errors", lambda: None)
