@@ -37,6 +37,9 @@ znode the same way): `begin_isr_change` records the proposal, the shell writes i
 decided something else). A new leader epoch for the same leader (the controller changed
 the ISR or the replicas) goes through `on_new_leader_epoch`.
 
+The values it takes and hands out, its errors and the Fetch v12+ divergence check
+(`diverging_epoch`) are in `replica_types.py` (re-exported here).
+
 Invariants: the leader is always in the committed ISR and in every proposal;
 `high_watermark` <= the leader's LEO and never decreases; followers are exactly the
 assigned replicas other than the leader; a pending change is an expansion (superset of
@@ -53,13 +56,21 @@ offset (recovery point) instead keeps "acknowledged = fsynced on every ISR membe
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
-from tidegate.common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
-from tidegate.storage.leader_epochs import UNDEFINED_EPOCH, EpochEndOffset
+from tidegate.common.errors import ErrorCode, OffsetOutOfRangeError
+from tidegate.replication.replica_types import (
+    UNKNOWN_OFFSET,
+    AcksAllStatus,
+    EpochLookup,
+    FollowerFetchResult,
+    FollowerState,
+    IsrChangeInFlightError,
+    IsrChangeKind,
+    PendingIsrChange,
+    UnknownReplicaError,
+    diverging_epoch,
+)
 
 __all__ = [
     "UNKNOWN_OFFSET",
@@ -74,96 +85,6 @@ __all__ = [
     "UnknownReplicaError",
     "diverging_epoch",
 ]
-
-UNKNOWN_OFFSET = -1  # Kafka's UnifiedLog.UnknownOffset: no fetch seen yet
-
-
-class UnknownReplicaError(KafkaError):
-    """A fetch from a broker that is not a follower of this partition (not assigned, or
-    the leader itself). Kafka answers NOT_LEADER_OR_FOLLOWER."""
-
-    code = ErrorCode.not_leader_or_follower
-
-
-class IsrChangeInFlightError(RuntimeError):
-    """A second ISR change proposed while one is in flight: a bug in the caller."""
-
-
-class EpochLookup(Protocol):
-    """The leader's epoch history: `LeaderEpochCache.end_offset_for`, or a `Log` method
-    that calls it under the log's lock."""
-
-    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> EpochEndOffset: ...
-
-
-@dataclass
-class FollowerState:
-    """What the leader knows of one follower (Kafka's `ReplicaState`)."""
-
-    replica_id: int
-    log_end_offset: int = UNKNOWN_OFFSET
-    log_start_offset: int = UNKNOWN_OFFSET
-    last_fetch_time_ms: int = 0
-    last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
-    last_caught_up_time_ms: int = 0
-
-    def is_caught_up(self, leader_log_end_offset: int, now_ms: int, max_lag_ms: int) -> bool:
-        """Kafka's `isCaughtUp`: at the leader's LEO, or caught up within the lag time."""
-        return (
-            self.log_end_offset >= leader_log_end_offset
-            or now_ms - self.last_caught_up_time_ms <= max_lag_ms
-        )
-
-
-class IsrChangeKind(enum.Enum):
-    EXPAND = "expand"
-    SHRINK = "shrink"
-
-
-@dataclass(frozen=True)
-class PendingIsrChange:
-    kind: IsrChangeKind
-    proposed_isr: tuple[int, ...]
-    expected_zk_version: int  # the version the conditional write must match
-
-
-@dataclass(frozen=True)
-class FollowerFetchResult:
-    diverging_epoch: EpochEndOffset | None  # set: answer with it, nothing was updated
-    high_watermark_advanced: bool
-    expand_isr: bool  # this follower may join the ISR: call expanded_isr/begin_isr_change
-
-
-@dataclass(frozen=True)
-class AcksAllStatus:
-    """Where an acks=all produce stands: `done` False = keep waiting."""
-
-    done: bool
-    error: ErrorCode = ErrorCode.none
-
-
-def diverging_epoch(
-    leader_answer: EpochEndOffset, last_fetched_epoch: int, fetch_offset: int, log_start_offset: int
-) -> EpochEndOffset | None:
-    """The leader's check of a Fetch v12+ `last_fetched_epoch` (Kafka's `readRecords`).
-
-    `leader_answer` is the leader's `end_offset_for(last_fetched_epoch)`. An undefined
-    answer, or a fetch below the log start, is OFFSET_OUT_OF_RANGE (the follower falls back
-    to OffsetForLeaderEpoch / the log start). If the leader's epoch is older than the one
-    the follower last fetched, or that epoch ended before the fetch offset, the follower's
-    log diverges: the answer is returned for the follower to truncate with
-    (`follower.truncation_offset`). None: the fetch may be served."""
-    if leader_answer.undefined or leader_answer.epoch == UNDEFINED_EPOCH:
-        raise OffsetOutOfRangeError(
-            f"cannot determine the end offset of last fetched epoch {last_fetched_epoch}"
-        )
-    if fetch_offset < log_start_offset:
-        raise OffsetOutOfRangeError(
-            f"fetch offset {fetch_offset} is below the log start offset {log_start_offset}"
-        )
-    if leader_answer.epoch < last_fetched_epoch or leader_answer.end_offset < fetch_offset:
-        return leader_answer
-    return None
 
 
 class LeaderReplicaState:

@@ -13,35 +13,14 @@ How the log uses it (all calls under the partition's append lock, never concurre
     psm.replay(header)                         # rebuilding from the log tail
     psm.take_snapshot(dir)                     # at segment roll / clean shutdown
 
-Sequence rules (Kafka's ProducerAppendInfo.checkProducerEpoch / checkSequence), applied to
-client batches in this order; `_RULES` is the table from verdict to outcome:
-
-  * epoch < current epoch                      -> INVALID_PRODUCER_EPOCH. Since Kafka 2.7
-    (KIP-588) Produce never answers PRODUCER_FENCED; error 47 is what every Kafka version
-    put on the wire for this case, transactional or not, so callers need no mapping.
-  * no sequence (-1) or not from a client     -> epoch check only (Kafka's COORDINATOR
-    origin, e.g. transactional offset commits).
-  * unknown producer (no entry, or no epoch)  -> accepted at any sequence, as Kafka >= 2.5
-    does ("possibly because all producer records have been deleted due to retention or
-    the DeleteRecords API, accept writes with any sequence number"). With
-    `strict_unknown_producer=True`, a non-zero sequence is UNKNOWN_PRODUCER_ID instead
-    (Kafka <= 2.4); not the default because modern clients never expect it from Produce.
-  * epoch > current epoch (a bump)             -> must start at sequence 0, else
-    OUT_OF_ORDER_SEQUENCE_NUMBER.
-  * same epoch, (first, last) equal to one of the cached batches -> DuplicateBatch with
-    the original offsets; the batch is not written again.
-  * same epoch, first == last_seq + 1 (after INT32_MAX comes 0) -> accepted.
-  * same epoch, the whole batch lies just before the oldest cached batch (its last
-    sequence is behind that batch's first by less than 2**30, modulo the wrap) -> a retry
-    of a batch already written whose offsets are no longer known:
-    DUPLICATE_SEQUENCE_NUMBER (Tidegate's choice, see below).
-  * anything else (gap, overlap) -> OUT_OF_ORDER_SEQUENCE_NUMBER.
-
-Then, as Kafka: a non-transactional data batch while the producer has an open transaction
-is INVALID_TXN_STATE; a marker with an older epoch is INVALID_PRODUCER_EPOCH and one with
-an older coordinator epoch TRANSACTION_COORDINATOR_FENCED. With `check_verification`
-(the Produce path, KIP-890), a transactional batch that would start a transaction needs
-the producer's current guard (`verification`), else INVALID_TXN_STATE.
+The sequence rules (Kafka's ProducerAppendInfo.checkProducerEpoch / checkSequence) are
+`classify` in `producer_rules.py`, with the errors and result tuples (re-exported here);
+`validate` applies them, then, as Kafka: a non-transactional data batch while the
+producer has an open transaction is INVALID_TXN_STATE; a marker with an older epoch is
+INVALID_PRODUCER_EPOCH and one with an older coordinator epoch
+TRANSACTION_COORDINATOR_FENCED. With `check_verification` (the Produce path, KIP-890), a
+transactional batch that would start a transaction needs the producer's current guard
+(`verification`), else INVALID_TXN_STATE.
 
 Transactions (Kafka's ongoing / unreplicated split): the first transactional batch of a
 producer opens its transaction (`_ongoing`: producer id -> first offset). A marker
@@ -51,28 +30,8 @@ producer opens its transaction (`_ongoing`: producer id -> first offset). A mark
 `index_stable_offset` is the lastStableOffset Kafka stores with an aborted transaction
 in the .txnindex. A marker for a producer with no open transaction completes nothing.
 
-Choices where Kafka's behaviour differs by version or is loose:
-  * Retention / DeleteRecords (`truncate_head`) does NOT drop producers, as Kafka since 2.4
-    (KAFKA-7190, KIP-360): dropping them turned idle-but-alive producers on purged topics
-    into UNKNOWN_PRODUCER_ID errors, or, with the accept-any-sequence rule, silently
-    disabled de-duplication for their in-flight retries. Producers leave only by
-    `remove_expired` (producer.id.expiration.ms). Snapshots below the log start are deleted,
-    and if no snapshot at or above the log start remains one is written at once, so a crash
-    cannot lose the state Kafka warns it may lose there.
-  * Expiry uses the broker's append time (`now_ms` given to `update`), not the batch's
-    max timestamp which Kafka uses: a client's CreateTime can be far in the past (expiring
-    an active producer at once) or the future (never expiring it). Producers with an open
-    transaction never expire (as Kafka). "Idle longer than" is `now - last >= expiration`.
-  * A snapshot older than the log start offset is never loaded: batches between it and the
-    log start are gone, so its sequences would be stale and reject valid writes.
-  * After loading a snapshot only each producer's last batch is known (Kafka's format keeps
-    one), so after a clean restart the retry of an older in-flight batch is not cached.
-    Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER, which fails the batch (or, depending on
-    settings, the whole producer) in librdkafka and the Java client. Sequences of one
-    (producer, epoch) only grow and are accepted only in order, so a batch wholly behind
-    the cached ones was written already: Tidegate answers DUPLICATE_SEQUENCE_NUMBER,
-    which every client (Java, librdkafka, kafka-python, aiokafka) treats as "delivered,
-    offset unknown". A batch 2**30 or more sequences behind is taken to be ahead (a gap).
+Expiry, truncation and snapshots (and where they differ from Kafka) are the base class
+`ProducerSnapshots` in `producer_state_snapshots.py`.
 
 Invariants: `map_end_offset` is the offset after the last batch applied; `update` refuses a
 batch below it (catches headers passed before offset assignment). Each entry keeps at most
@@ -81,27 +40,27 @@ batch below it (catches headers passed before offset assignment). Each entry kee
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
-from pathlib import Path
-from typing import NamedTuple
 
-from tidegate.common.errors import ErrorCode, KafkaError
-from tidegate.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from tidegate.records.batch import BatchHeader
 from tidegate.records.control import ControlType
-from tidegate.storage.producer_snapshot import (
-    SEQUENCE_MODULUS,
-    BatchMetadata,
-    ProducerStateEntry,
-    SnapshotEntry,
-    delete_snapshots_above,
-    delete_snapshots_below,
-    keep_latest,
-    list_snapshots,
-    read_latest_snapshot,
-    snapshot_path,
-    write_snapshot,
+from tidegate.storage.producer_rules import (
+    _RULES,
+    CompletedTxn,
+    DuplicateBatch,
+    DuplicateSequenceError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    ProducerInfo,
+    TransactionCoordinatorFencedError,
+    UnknownProducerIdError,
+    Verdict,
+    classify,
 )
+from tidegate.storage.producer_snapshot import BatchMetadata, ProducerStateEntry
+from tidegate.storage.producer_state_snapshots import ProducerSnapshots
 from tidegate.storage.verification import VerificationGuards
 
 __all__ = [
@@ -126,140 +85,7 @@ __all__ = [
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (KIP-854)
 
 
-class OutOfOrderSequenceError(KafkaError):
-    code = ErrorCode.out_of_order_sequence_number
-
-
-class DuplicateSequenceError(KafkaError):
-    """A retry of a batch written before the cached ones: delivered, offset unknown."""
-
-    code = ErrorCode.duplicate_sequence_number
-
-
-class InvalidProducerEpochError(KafkaError):
-    code = ErrorCode.invalid_producer_epoch
-
-
-class ProducerFencedError(KafkaError):
-    """For the transaction coordinator's APIs (InitProducerId, EndTxn ...); Produce uses
-    InvalidProducerEpochError."""
-
-    code = ErrorCode.producer_fenced
-
-
-class UnknownProducerIdError(KafkaError):
-    code = ErrorCode.unknown_producer_id
-
-
-class InvalidTxnStateError(KafkaError):
-    code = ErrorCode.invalid_txn_state
-
-
-class TransactionCoordinatorFencedError(KafkaError):
-    code = ErrorCode.transaction_coordinator_fenced
-
-
-class DuplicateBatch(NamedTuple):
-    """A retried batch already in the log: answer with these, write nothing."""
-
-    first_offset: int
-    last_offset: int
-    timestamp: int
-
-
-class CompletedTxn(NamedTuple):
-    """A transaction closed by a marker at `last_offset` (for the .txnindex / LSO)."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    is_aborted: bool
-
-
-class ProducerInfo(NamedTuple):
-    """One producer's state as DescribeProducers reports it."""
-
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp: int
-    coordinator_epoch: int
-    current_txn_start_offset: int  # -1: no open transaction
-
-
-class Verdict(enum.Enum):
-    """How a client batch relates to its producer's state; `_RULES` says what follows."""
-
-    IN_SEQUENCE = "next sequence of the current epoch"
-    NEW_EPOCH_AT_ZERO = "first batch of a bumped epoch"
-    FIRST_WRITE = "no state for this producer"
-    UNCHECKED = "no sequence, or not from a client: epoch checked only"
-    DUPLICATE = "a retry of one of the cached batches"
-    OLD_RETRY = "a retry of a batch older than the cached ones"
-    OLD_EPOCH = "epoch older than the current one"
-    NEW_EPOCH_NOT_AT_ZERO = "bumped epoch not starting at sequence 0"
-    GAP = "sequence is not last + 1"
-    UNKNOWN_PRODUCER = "no state and a non-zero sequence (strict mode)"
-
-
-_RULES: dict[Verdict, type[KafkaError] | None] = {
-    Verdict.IN_SEQUENCE: None,
-    Verdict.NEW_EPOCH_AT_ZERO: None,
-    Verdict.FIRST_WRITE: None,
-    Verdict.UNCHECKED: None,
-    Verdict.DUPLICATE: None,  # accepted, but answered from the cache
-    Verdict.OLD_RETRY: DuplicateSequenceError,
-    Verdict.OLD_EPOCH: InvalidProducerEpochError,
-    Verdict.NEW_EPOCH_NOT_AT_ZERO: OutOfOrderSequenceError,
-    Verdict.GAP: OutOfOrderSequenceError,
-    Verdict.UNKNOWN_PRODUCER: UnknownProducerIdError,
-}
-
-
-def _in_sequence(last_seq: int, next_seq: int) -> bool:
-    return next_seq == (last_seq + 1) % SEQUENCE_MODULUS
-
-
-_BEHIND_LIMIT = 1 << 30  # half the sequence space: farther "behind" is read as ahead
-
-
-def _behind_cache(entry: ProducerStateEntry, header: BatchHeader) -> bool:
-    """The batch ends before the oldest cached batch starts (modulo the wrap)."""
-    if not entry.batches:
-        return False
-    back = (entry.batches[0].first_seq - header.last_sequence) % SEQUENCE_MODULUS
-    return 0 < back < _BEHIND_LIMIT
-
-
-def classify(
-    entry: ProducerStateEntry | None,
-    header: BatchHeader,
-    *,
-    is_from_client: bool = True,
-    strict_unknown_producer: bool = False,
-) -> Verdict:
-    """The rule that applies to data batch `header` given the producer's `entry` (pure)."""
-    epoch, seq = header.producer_epoch, header.base_sequence
-    if entry is not None and epoch < entry.producer_epoch:
-        return Verdict.OLD_EPOCH
-    if not is_from_client or seq == NO_SEQUENCE:
-        return Verdict.UNCHECKED
-    if entry is None or entry.producer_epoch == NO_PRODUCER_EPOCH:
-        if seq == 0 or not strict_unknown_producer:
-            return Verdict.FIRST_WRITE
-        return Verdict.UNKNOWN_PRODUCER
-    if epoch != entry.producer_epoch:
-        return Verdict.NEW_EPOCH_AT_ZERO if seq == 0 else Verdict.NEW_EPOCH_NOT_AT_ZERO
-    # In sequence first (the common case): a cached batch ends at or before last_seq, so
-    # it can never start at last_seq + 1, and the order of the two checks does not matter.
-    if _in_sequence(entry.last_seq, seq):
-        return Verdict.IN_SEQUENCE
-    if entry.find_duplicate(epoch, seq, header.last_sequence) is not None:
-        return Verdict.DUPLICATE
-    return Verdict.OLD_RETRY if _behind_cache(entry, header) else Verdict.GAP
-
-
-class ProducerStateManager:
+class ProducerStateManager(ProducerSnapshots):
     """Producer state of one partition. Not thread-safe: the log serialises calls."""
 
     def __init__(
@@ -540,134 +366,4 @@ class ProducerStateManager:
             entry.current_txn_first_offset = header.base_offset
             self._ongoing[pid] = header.base_offset
             self.guards.clear(pid)  # started: its later batches need no guard
-        return None
-
-    # -- expiry and truncation -------------------------------------------------------
-
-    def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
-        return (
-            entry.current_txn_first_offset is None
-            and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
-        )
-
-    def remove_expired(self, now_ms: int) -> int:
-        """Forget producers idle for producer.id.expiration.ms without an open txn."""
-        doomed = [pid for pid, e in self._producers.items() if self._is_expired(e, now_ms)]
-        for pid in doomed:
-            del self._producers[pid]
-        self.guards.expire(now_ms, self.producer_id_expiration_ms)
-        return len(doomed)
-
-    def truncate_head(self, log_start_offset: int, directory: Path | None = None) -> None:
-        """The log start moved forward (retention, DeleteRecords). Producers are kept (see
-        the module docstring); snapshots below the new start are deleted and, if none is
-        left at or above it, the current state is snapshotted so a crash cannot lose it."""
-        if self._map_end_offset < log_start_offset:
-            self._map_end_offset = log_start_offset
-        self._unreplicated = [t for t in self._unreplicated if t[1] >= log_start_offset]
-        if directory is None:
-            return
-        delete_snapshots_below(directory, log_start_offset)
-        remaining = list_snapshots(directory)
-        self._last_snapshot_offset = remaining[-1][0] if remaining else None
-        if not remaining and self._producers:
-            self.take_snapshot(directory)
-
-    def truncate_tail(
-        self,
-        directory: Path,
-        offset: int,
-        *,
-        log_start_offset: int = 0,
-        now_ms: int | None = None,
-    ) -> int:
-        """The log now ends at `offset` (recovery, follower truncation; also use it at
-        startup with the recovered log end). Deletes snapshots above `offset`, reloads the
-        newest usable one and returns the offset from which the caller must `replay` the
-        log up to `offset` (== `offset` when nothing needs replaying)."""
-        delete_snapshots_above(directory, offset)
-        if offset == self._map_end_offset:
-            return offset
-        loaded = self.load_latest_snapshot(
-            directory, offset, log_start_offset=log_start_offset, now_ms=now_ms
-        )
-        return log_start_offset if loaded is None else loaded
-
-    def truncate_fully_and_start_at(self, directory: Path | None, offset: int) -> None:
-        """Forget everything (the whole log was replaced) and continue from `offset`."""
-        self._clear()
-        self._map_end_offset = offset
-        if directory is not None:
-            delete_snapshots_above(directory, -1)
-
-    def _clear(self) -> None:
-        self._producers.clear()
-        self._ongoing.clear()
-        self._unreplicated.clear()
-        self.guards.clear_all()
-        self._last_snapshot_offset = None
-
-    # -- snapshots -------------------------------------------------------------------
-
-    def to_snapshot_entries(self) -> list[SnapshotEntry]:
-        return [e.to_snapshot_entry() for e in self._producers.values()]
-
-    def _load_entry(self, s: SnapshotEntry) -> None:
-        entry = ProducerStateEntry.from_snapshot_entry(s)
-        self._producers[s.producer_id] = entry
-        if entry.current_txn_first_offset is not None:
-            self._ongoing[s.producer_id] = entry.current_txn_first_offset
-
-    def take_snapshot(
-        self,
-        directory: Path,
-        offset: int | None = None,
-        *,
-        keep: int | None = 2,
-        sync: bool = True,
-    ) -> Path:
-        """Write the state as of `map_end_offset` (an explicit `offset` must equal it),
-        then keep only the newest `keep` snapshots (None: keep all). `sync=False` skips
-        every fsync: the caller must fsync the file and the directory later."""
-        if offset is not None and offset != self._map_end_offset:
-            raise ValueError(
-                f"snapshot at {offset} requested but the state is at {self._map_end_offset}"
-            )
-        path = snapshot_path(directory, self._map_end_offset)
-        if self._last_snapshot_offset != self._map_end_offset or not path.exists():
-            write_snapshot(directory, self._map_end_offset, self.to_snapshot_entries(), sync=sync)
-            self._last_snapshot_offset = self._map_end_offset
-        if keep is not None:
-            keep_latest(directory, keep, sync=sync)
-        return path
-
-    def load_latest_snapshot(
-        self,
-        directory: Path,
-        max_offset: int,
-        *,
-        log_start_offset: int = 0,
-        now_ms: int | None = None,
-        snapshots: list[tuple[int, Path]] | None = None,
-    ) -> int | None:
-        """Replace the state with the newest readable snapshot in
-        [log_start_offset, max_offset]; corrupt ones are logged and deleted. Returns its
-        offset (replay the log from there), or None (state empty, replay from the log
-        start). With `now_ms`, producers already expired are not loaded. `snapshots`:
-        the directory's snapshot files if just listed (`list_snapshots`)."""
-        self._clear()
-        found = read_latest_snapshot(directory, max_offset, log_start_offset, snapshots)
-        if found is not None:
-            off, entries = found
-            expiration = self.producer_id_expiration_ms
-            for s in entries:
-                if (
-                    now_ms is None
-                    or s.current_txn_first_offset >= 0
-                    or (now_ms - s.timestamp < expiration)
-                ):
-                    self._load_entry(s)
-            self._map_end_offset = self._last_snapshot_offset = off
-            return off
-        self._map_end_offset = log_start_offset
         return None

@@ -4,7 +4,9 @@ The segment stores batches exactly as they travel on the wire, already validated
 offset-assigned by the `Log`. It knows how to find the batch holding an offset (index
 floor, then scan batch headers), read bytes at a position, decide when to roll, recover
 after a crash (CRC-check every batch, cut at the first torn or corrupt one, rebuild the
-indexes), truncate, fsync, close and delete.
+indexes), truncate, fsync, close and delete. This module opens, appends to, truncates,
+syncs, renames and closes it; its bases hold the rest: `segment_loading.py` (load,
+recover, rebuild the indexes) over `segment_reads.py` (header scans, lookups, fetch reads).
 
 Invariants:
 - `size` is the length of the `.log` file and always ends on a batch boundary; batches
@@ -31,54 +33,34 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Sequence
 from pathlib import Path
 
-from tidegate.common.errors import CorruptRecordError, InvalidRecordError
-from tidegate.records.batch import (
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC_V2,
-    BatchHeader,
-    parse_header,
-    peek_size,
-    validate_batch,
-)
+from tidegate.records.batch import BatchHeader
 from tidegate.storage.config import LogConfig
 from tidegate.storage.disk_space import disk_full_error
-from tidegate.storage.errors import CorruptIndexError
 from tidegate.storage.file_cache import FILES
 from tidegate.storage.files import INDEX_EXT, LOG_EXT, TIMEINDEX_EXT, TXNINDEX_EXT, segment_path
 from tidegate.storage.offset_index import OffsetIndex
+from tidegate.storage.segment_loading import (
+    MAX_RELATIVE_OFFSET,
+    RECOVERY_CHUNK,
+    Buffer,
+    SegmentLoading,
+    check_batch,
+)
+from tidegate.storage.segment_reads import SCAN_CHUNK
 from tidegate.storage.time_index import NO_TIMESTAMP, TimeIndex
 from tidegate.storage.txn_index import TxnIndex
 
-__all__ = ["LogSegment", "check_batch"]
+__all__ = ["MAX_RELATIVE_OFFSET", "RECOVERY_CHUNK", "SCAN_CHUNK", "LogSegment", "check_batch"]
 
 log = logging.getLogger(__name__)
 
-SCAN_CHUNK = 16 * 1024  # header scans: one pread covers several small batches
-RECOVERY_CHUNK = 1 << 20  # recovery reads whole batches in big chunks
-MAX_RELATIVE_OFFSET = (1 << 31) - 1
-
-Buffer = bytes | bytearray | memoryview
 IOV_MAX = 1024  # Linux's limit on the pieces of one pwritev
 
 
-def check_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
-    """Integrity of a stored batch: framing, magic 2, CRC-32C, non-negative counts.
-
-    Unlike the produce path it accepts batches whose record count and offset span
-    disagree, which Kafka's compaction legitimately produces. Raises CorruptRecordError
-    (InvalidRecordError, for negative counts, is a corruption here too).
-    """
-    try:
-        return validate_batch(buf, pos, strict_counts=False)
-    except InvalidRecordError as exc:
-        raise CorruptRecordError(str(exc)) from exc
-
-
-class LogSegment:
+class LogSegment(SegmentLoading):
     def __init__(
         self,
         directory: Path,
@@ -140,138 +122,6 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"
-
-    # -- loading -----------------------------------------------------------------------
-
-    def load(self) -> int:
-        """Open a segment believed intact (clean shutdown, or below the recovery point).
-
-        The indexes are sanity-checked against the log and the tail after the last index
-        entry is scanned; if anything is off the segment is recovered instead.
-        Returns the number of bytes truncated (0 unless recovery found damage).
-        """
-        if self.indexes_missing and self.size:
-            log.info("%s: index files missing, rebuilding", self.log_path)
-            return self.recover()
-        try:
-            self.offset_index.load()
-            self.time_index.load()
-            self.offset_index.sanity_check(self.size)
-            self._scan_tail()
-            self.time_index.sanity_check(self.next_offset)
-        except (CorruptIndexError, CorruptRecordError) as exc:
-            log.warning("%s: %s; rebuilding indexes", self.log_path, exc)
-            return self.recover()
-        self._load_first_timestamp()
-        self._load_txn_index()
-        return 0
-
-    def _load_txn_index(self) -> None:
-        if self.txn_index.missing:
-            self.txn_index_stale = True
-            return
-        try:
-            self.txn_index.load()
-            self.txn_index.check_range(self.base_offset, self.next_offset)
-        except (CorruptIndexError, OSError) as exc:
-            log.warning("%s: %s; the transaction index will be rebuilt", self.log_path, exc)
-            self.txn_index_stale = True
-
-    def _scan_tail(self) -> None:
-        """Derive next offset and max timestamp from the index tails and the batches
-        after the last offset index entry."""
-        entry_offset, position = self.offset_index.lookup(1 << 62)
-        max_ts, max_off = self.time_index.last_entry()
-        next_offset = self.base_offset
-        end = position
-        for pos, header in self.iter_headers(position):
-            if (
-                pos == position
-                and position
-                and not (header.base_offset <= entry_offset <= header.last_offset)
-            ):
-                raise CorruptIndexError("last offset index entry does not match the log")
-            if header.base_offset < next_offset:
-                raise CorruptRecordError(f"offsets go backwards at position {pos}")
-            if header.max_timestamp > max_ts:
-                max_ts, max_off = header.max_timestamp, header.base_offset
-            next_offset = header.next_offset
-            end = pos + header.size
-        if end != self.size:
-            raise CorruptRecordError(f"partial batch at position {end} of {self.size}")
-        if self.size and next_offset == self.base_offset:
-            raise CorruptIndexError("no batch found after the last index entry")
-        if next_offset - 1 - self.base_offset > MAX_RELATIVE_OFFSET:
-            raise CorruptRecordError("offsets beyond the segment's int32 range")
-        self.next_offset = next_offset
-        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
-        self._bytes_since_index = self.size - position if position else self.size
-
-    def _load_first_timestamp(self) -> None:
-        self.first_batch_timestamp = None
-        if self.size >= HEADER_SIZE:
-            self.first_batch_timestamp = parse_header(
-                self._pread(HEADER_SIZE, 0)
-            ).max_timestamp
-
-    def recover(self, max_next_offset: int | None = None) -> int:
-        """CRC-check every batch from the start, cut the file at the first torn, corrupt
-        or out-of-order batch (or one reaching `max_next_offset`), rebuild both indexes.
-        Returns the number of bytes cut off."""
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.next_offset = self.base_offset
-        self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
-        self.first_batch_timestamp = None
-        self._bytes_since_index = 0
-        end = self.size
-        pos = 0
-        buf = b""
-        buf_start = 0
-        controls = False
-        while pos < end:
-            rel = pos - buf_start
-            if rel + LOG_OVERHEAD > len(buf):
-                buf, buf_start, rel = self._pread(RECOVERY_CHUNK, pos), pos, 0
-            size = peek_size(buf, rel)
-            if size is None or size < HEADER_SIZE or size > end - pos:
-                break
-            if rel + size > len(buf):
-                buf, buf_start, rel = self._pread(max(size, RECOVERY_CHUNK), pos), pos, 0
-            try:
-                header = check_batch(buf, rel)
-            except CorruptRecordError as exc:
-                log.warning("%s: %s at position %d", self.log_path, exc, pos)
-                break
-            if header.base_offset < self.next_offset or (
-                header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
-            ):
-                log.warning(
-                    "%s: offset %d out of order at %d", self.log_path, header.base_offset, pos
-                )
-                break
-            if max_next_offset is not None and header.next_offset > max_next_offset:
-                break
-            self._index_batch(header, pos)
-            self.next_offset = header.next_offset
-            controls = controls or header.is_control
-            pos += size
-        self.recovered_controls = controls
-        truncated = end - pos
-        if truncated:
-            log.warning("%s: truncating %d bytes at position %d", self.log_path, truncated, pos)
-            with self._file as fd:
-                os.ftruncate(fd, pos)
-            self.size = pos
-        self._dirty = True  # recovery rewrote the indexes; sync everything once
-        self.time_index.maybe_append(
-            self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
-        )
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
-        self.indexes_missing = False
-        self.txn_index_stale = True  # rebuilt by the loader, which has the producer state
-        return truncated
 
     # -- appending ---------------------------------------------------------------------
 
@@ -380,118 +230,6 @@ class LogSegment:
             self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
         )
         self._write_sparse_indexes()
-
-    # -- reading -----------------------------------------------------------------------
-
-    def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of each whole batch from `position` (no CRC check)."""
-        pos = position
-        end = self.size
-        buf = b""
-        buf_start = pos
-        while pos + HEADER_SIZE <= end:
-            rel = pos - buf_start
-            if rel + HEADER_SIZE > len(buf):
-                buf, buf_start, rel = self._pread(SCAN_CHUNK, pos), pos, 0
-                if len(buf) < HEADER_SIZE:
-                    return
-            header = parse_header(buf, rel)
-            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
-                return
-            yield pos, header
-            pos += header.size
-
-    def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """Position and header of the first batch whose last offset >= `offset`."""
-        entry_offset, position = self.offset_index.lookup(offset)
-        if position:
-            first = self._header_at(position)
-            if first is None or not first.base_offset <= entry_offset <= first.last_offset:
-                log.warning("%s: offset index disagrees with the log; rebuilding", self.log_path)
-                self.rebuild_indexes()
-                position = self.offset_index.lookup(offset)[1]
-        return self._scan_for(offset, position)
-
-    def _header_at(self, position: int) -> BatchHeader | None:
-        raw = self._pread(HEADER_SIZE, position)
-        if len(raw) < HEADER_SIZE:
-            return None
-        header = parse_header(raw)
-        if header.magic != MAGIC_V2 or header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
-            return None
-        return header if position + header.size <= self.size else None
-
-    def _scan_for(self, offset: int, position: int) -> tuple[int, BatchHeader] | None:
-        for pos, header in self.iter_headers(position):
-            if header.last_offset >= offset:
-                return pos, header
-        return None
-
-    def rebuild_indexes(self) -> None:
-        """Re-derive both indexes from batch headers (no CRC check, no truncation)."""
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
-        self.first_batch_timestamp = None
-        self._bytes_since_index = 0
-        for pos, header in self.iter_headers(0):
-            self._index_batch(header, pos)
-        self.time_index.maybe_append(
-            self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
-        )
-        self._write_sparse_indexes()  # a read may get here: a full disk must not fail it
-
-    def read(self, position: int, size: int) -> bytes:
-        return self._pread(size, position)
-
-    def _pread(self, size: int, position: int) -> bytes:
-        with self._file as fd:
-            return os.pread(fd, size, position)
-
-    def read_batches(
-        self, position: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
-    ) -> bytes:
-        """Whole batches from `position`: at most `max_bytes` (but the first batch whole
-        when `min_one_batch`), stopping before a batch whose base offset >= max_offset."""
-        end = self.size
-        chunk = self._pread(min(max(max_bytes, LOG_OVERHEAD), end - position), position)
-        cut = 0
-        n = len(chunk)
-        while cut + LOG_OVERHEAD <= n:
-            size = peek_size(chunk, cut)
-            assert size is not None
-            if (
-                max_offset is not None
-                and int.from_bytes(chunk[cut : cut + 8], "big", signed=True) >= max_offset
-            ):
-                break
-            if cut + size > n or cut + size > max_bytes:
-                if cut == 0 and min_one_batch:
-                    return self._pread(size, position)
-                break
-            cut += size
-        if cut == n:
-            return chunk
-        return chunk[:cut]
-
-    def batches_for_timestamp(
-        self, timestamp: int, start_offset: int
-    ) -> Iterator[tuple[int, BatchHeader]]:
-        """Batches (position, header) with max timestamp >= `timestamp` and last offset
-        >= `start_offset`, in offset order, starting from the time index's floor entry."""
-        _, ts_offset = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(max(ts_offset, start_offset))
-        for pos, header in self.iter_headers(position):
-            if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
-                yield pos, header
-
-    @property
-    def largest_timestamp(self) -> int:
-        """Max record timestamp, else the file's modification time (as Kafka does)."""
-        if self.max_timestamp >= 0:
-            return self.max_timestamp
-        with self._file as fd:
-            return os.fstat(fd).st_mtime_ns // 1_000_000
 
     # -- truncation, durability, lifecycle ---------------------------------------------
 
