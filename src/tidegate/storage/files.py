@@ -27,6 +27,7 @@ __all__ = [
     "PARTITION_METADATA",
     "atomic_write",
     "fsync_dir",
+    "fsync_if_exists",
     "kafka_uuid",
     "parse_kafka_uuid",
     "parse_partition_dir",
@@ -69,6 +70,18 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 def fsync_dir(path: Path) -> None:
     """Make creations, renames and deletions inside `path` durable."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_if_exists(path: Path) -> None:
+    """fsync a file written unsynced earlier; it may have been deleted since."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
     try:
         os.fsync(fd)
     finally:

@@ -30,6 +30,13 @@ fetched batches unchanged; `truncate_to` cuts a follower's divergent tail;
 `maybe_increment_log_start_as_follower` follows the leader's log start. The embedded
 broker passes no epoch and uses none of it: its logs behave as before.
 
+Modules, by job: this one opens the log, appends (the hot path), reads, flushes and
+answers the timestamp queries; mixins hold the rest and share its state and its lock:
+`log_txn` (HW, LSO, markers, KIP-890 guards), `log_replica` (leader epochs, follower
+appends), `log_truncation` (`truncate_to`, `truncate_fully_and_start_at`),
+`log_cleanup` (retention, DeleteRecords, producer expiry, the cleaner's hooks) and
+`log_lifecycle` (`close`, `delete`).
+
 Invariants:
 - `high_watermark` <= `log_end_offset`; only `update_high_watermark` /
   `set_high_watermark_as_follower` raise it (never lower it), only truncation lowers it;
@@ -80,12 +87,9 @@ the flush ends (see `SegmentList`). `close` waits for a running flush.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -94,7 +98,7 @@ from tidegate.common.clock import Clock
 from tidegate.common.errors import KafkaStorageError, OffsetOutOfRangeError
 from tidegate.records.batch import BatchHeader, validate_batch
 from tidegate.records.control import ControlType
-from tidegate.storage import queries, retention
+from tidegate.storage import queries
 from tidegate.storage.config import LogConfig
 from tidegate.storage.errors import RecordListTooLargeError
 from tidegate.storage.files import (
@@ -102,13 +106,16 @@ from tidegate.storage.files import (
     LOG_EXT,
     TIMEINDEX_EXT,
     TXNINDEX_EXT,
-    atomic_write,
     fsync_dir,
     parse_partition_dir,
     segment_path,
 )
+from tidegate.storage.files import fsync_if_exists as _fsync_if_exists  # flush's name
 from tidegate.storage.leader_epochs import EpochEntry, load_leader_epochs
+from tidegate.storage.log_cleanup import CleanupLog
+from tidegate.storage.log_lifecycle import LifecycleLog, remove_deleted_dir
 from tidegate.storage.log_replica import ReplicaLog
+from tidegate.storage.log_truncation import TruncatingLog
 from tidegate.storage.log_txn import TransactionalLog
 from tidegate.storage.markers import marker_of
 from tidegate.storage.producer_state import (
@@ -117,13 +124,9 @@ from tidegate.storage.producer_state import (
 )
 from tidegate.storage.record_checks import BatchRecords, Scan, validate_records
 from tidegate.storage.recovery import (
-    CLEAN_SHUTDOWN_FILE,
-    CLEANER_OFFSET_FILE,
-    LOG_START_OFFSET_FILE,
     OpenedPartition,
     load_producer_state,
     open_partition_dir,
-    replay_producer_state,
 )
 from tidegate.storage.segment import LogSegment
 from tidegate.storage.segment_list import SegmentList
@@ -179,7 +182,7 @@ class FlushTicket:
     epochs: tuple[tuple[EpochEntry, ...], int] | None
 
 
-class Log(TransactionalLog, ReplicaLog):
+class Log(TransactionalLog, ReplicaLog, TruncatingLog, CleanupLog, LifecycleLog):
     def __init__(
         self,
         directory: Path,
@@ -701,277 +704,3 @@ class Log(TransactionalLog, ReplicaLog):
         with self._lock:
             self._check_open()
             return queries.max_timestamp_and_offset(self._segs.segments)
-
-    # -- deleting data -----------------------------------------------------------------
-
-    def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: advance the log start offset to `offset` (persisted) and delete
-        the segments wholly below it. Returns the new log start offset."""
-        with self._lock:
-            self._check_open()
-            if offset < 0 or offset > self.high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records before {offset}: the high watermark of "
-                    f"{self.topic_partition} is {self.high_watermark}"
-                )
-            if offset > self._log_start_offset:
-                self._increment_log_start(offset)
-            return self._log_start_offset
-
-    def _increment_log_start(self, offset: int) -> None:
-        """Move the log start up to `offset` (<= log end; DeleteRecords, a follower
-        following its leader): persisted, segments wholly below deleted, the epoch cache
-        cut, the HW raised to it if below (only a follower's can be)."""
-        self._log_start_offset = offset
-        self._write_offset_file(LOG_START_OFFSET_FILE, offset)
-        self._delete_oldest(retention.below_start_offset(self._segs.segments, offset))
-        self._producers.truncate_head(self._log_start_offset, self.directory)
-        if self._high_watermark < offset:
-            self._high_watermark = offset
-            self._producers.on_high_watermark_updated(offset)
-        self._epochs_cut(self._epochs.truncate_from_start(offset, flush=False))
-        self._refresh_lso()
-
-    def apply_retention(self, now_ms: int) -> int:
-        """Under cleanup.policy delete, delete the oldest segments by retention.ms (their
-        largest timestamp) and retention.bytes, never the active one nor one holding
-        offsets at or above the high watermark. Returns the number deleted."""
-        cfg = self._config
-        if not cfg.delete:
-            return 0
-        with self._lock:
-            self._check_open()
-            hw = self.high_watermark
-            n = self._delete_oldest(retention.expired_by_time(self._segs.segments, cfg, now_ms, hw))
-            n += self._delete_oldest(retention.expired_by_size(self._segs.segments, cfg, hw))
-            if n:  # producers stay (see producer_state); older snapshots go
-                self._producers.truncate_head(self._log_start_offset, self.directory)
-                self._epochs_cut(
-                    self._epochs.truncate_from_start(self._log_start_offset, flush=False)
-                )
-                self._refresh_lso()
-            return n
-
-    def _delete_oldest(self, count: int) -> int:
-        for seg in self._segs.segments[:count]:
-            log.info("%s: deleting segment %s", self.topic_partition, seg.log_path.name)
-            self._segs.drop(seg)
-        if count:
-            self._log_start_offset = max(self._log_start_offset, self._segs.bases[0])
-        return count
-
-    def truncate_to(self, offset: int) -> int:
-        """Remove the batch holding `offset` and everything after it; returns the new
-        log end offset (<= `offset`). Truncating below the first segment empties the log
-        and restarts it at `offset` (Kafka's truncateFullyAndStartAt).
-
-        What a follower does to a divergent tail (cluster mode): segments and indexes
-        are cut, `.txnindex` entries whose marker is cut go, the producer state is
-        rewound (newest snapshot at or below the new end, then replay), the epoch cache
-        is cut at the new end, the HW and LSO are clamped (the LSO may move back) and the
-        recovery point drops to the new end; then `on_truncated` lets the owner
-        checkpoint it at once. Cutting below the HW (an unclean election) is logged as
-        a warning. It may replay and fsync: call it from a worker thread. Readers
-        without the lock see the HW and LSO clamped before any data goes."""
-        segs = self._segs
-        with self._lock:
-            self._check_open()
-            if offset >= self.log_end_offset:
-                # Nothing to cut from the data, but an epoch that starts at the end (a
-                # leadership in which nothing was written) goes, as Kafka's truncateTo
-                # does: a follower left with it would announce an epoch its leader
-                # never had and be told to truncate here again, forever.
-                self._epochs_cut(self._epochs.truncate_from_end(offset, flush=False))
-                return self.log_end_offset
-            self._begin_truncation(offset)
-            if offset < segs.bases[0]:
-                self._reset_at(offset)
-            else:
-                # A segment starting at `offset` goes too, rather than stay empty: the
-                # batches appended next then land where the leader's did (its segment
-                # boundaries are decided by the batches before them, which both share).
-                while len(segs.segments) > 1 and segs.bases[-1] >= offset:
-                    segs.drop(segs.active)
-                segs.active.truncate_to(offset)
-                self._rewind_producer_state()
-                self._epochs_cut(self._epochs.truncate_from_end(self.log_end_offset, flush=False))
-            leo = self._finish_truncation()
-        if self.on_truncated is not None:
-            self.on_truncated(self)
-        return leo
-
-    def truncate_fully_and_start_at(self, offset: int) -> int:
-        """Delete every segment and restart the log, empty, at `offset` (Kafka's
-        truncateFullyAndStartAt): a follower whose log end is below its leader's log
-        start (its fetch answered OFFSET_OUT_OF_RANGE) starts over there. The producer
-        state and epoch cache are emptied; HW = LSO = log start = log end = `offset`.
-        Worker thread, like `truncate_to`. Returns `offset`."""
-        with self._lock:
-            self._check_open()
-            self._begin_truncation(offset)
-            self._reset_at(offset)
-            leo = self._finish_truncation()
-        if self.on_truncated is not None:
-            self.on_truncated(self)
-        return leo
-
-    def _begin_truncation(self, offset: int) -> None:
-        if offset < self._high_watermark:
-            log.warning(
-                "%s: truncating to %d, below the high watermark %d: records that were "
-                "committed are removed (unclean leader election?)",
-                self.topic_partition, offset, self._high_watermark,
-            )
-        self._segs.generation += 1
-        # Clamped first: loop-side readers take these without the lock.
-        self._high_watermark = min(self._high_watermark, offset)
-        self._last_stable_offset = min(self._last_stable_offset, offset)
-        self._producers.on_high_watermark_updated(self._high_watermark)
-
-    def _reset_at(self, offset: int) -> None:
-        segs = self._segs
-        keep = next((seg for seg in segs.segments if seg.base_offset == offset), None)
-        if keep is not None:  # its files have the new segment's names: empty it instead
-            keep.truncate_to(offset)
-        else:  # created first, so a failure leaves the log as it was
-            keep = LogSegment(
-                self.directory, offset, self._config, self._clock.now_ms(), create=True
-            )
-            segs.append(keep)
-        for seg in list(segs.segments):
-            if seg is not keep:
-                segs.drop(seg)
-        self._log_start_offset = offset
-        self._recovery_point = min(self._recovery_point, offset)
-        self._write_offset_file(LOG_START_OFFSET_FILE, offset)
-        self._producers.truncate_fully_and_start_at(self.directory, offset)
-        self._epochs_cut(self._epochs.clear_and_flush(flush=False))
-
-    def _finish_truncation(self) -> int:
-        leo = self.log_end_offset
-        self._log_start_offset = min(self._log_start_offset, leo)
-        self._recovery_point = min(self._recovery_point, leo)
-        self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
-        self._producers.on_high_watermark_updated(self._high_watermark)
-        self._refresh_lso(allow_backwards=True)
-        if self._first_dirty > leo:
-            self.set_first_dirty_offset(leo)
-        return leo
-
-    def _rewind_producer_state(self) -> None:
-        """After a tail truncation: newest snapshot at or below the new end, then replay."""
-        leo, psm = self.log_end_offset, self._producers
-        lso = min(self._log_start_offset, leo)
-        start = psm.truncate_tail(self.directory, leo, log_start_offset=lso)
-        replay_producer_state(psm, self._segs.segments, start, self._clock.now_ms())
-
-    # -- producer expiry ---------------------------------------------------------------
-
-    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for `expiration_ms` (producer.id.expiration.ms) without an
-        open transaction; returns how many."""
-        with self._lock:
-            if self._closed:
-                return 0
-            self._producers.producer_id_expiration_ms = expiration_ms
-            return self._producers.remove_expired(now_ms)
-
-    # -- cleaner support ---------------------------------------------------------------
-
-    @property
-    def first_dirty_offset(self) -> int:
-        """Where the cleaner resumes: offsets below it have been compacted."""
-        return self._first_dirty
-
-    def set_first_dirty_offset(self, offset: int) -> None:
-        with self._lock:
-            self._first_dirty = offset
-            self._write_offset_file(CLEANER_OFFSET_FILE, offset)
-
-    @contextmanager
-    def pinned(self) -> Iterator[tuple[tuple[LogSegment, ...], int]]:
-        """(segments, generation) snapshot whose descriptors stay open until exit, even
-        if retention deletes the segments meanwhile. For the cleaner's reads."""
-        self._check_open()
-        with self._segs.pinned() as snapshot:
-            yield snapshot
-
-    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment, generation: int) -> bool:
-        """Swap the fsynced `.cleaned` segment `new` in for the contiguous closed segments
-        `old` (crash-safe; see `SegmentList.swap_in`). False, with nothing changed, if the
-        log was closed or truncated since `generation` or `old` is gone."""
-        with self._lock:
-            return not self._closed and self._segs.swap_in(old, new, generation)
-
-    # -- lifecycle ---------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Flush, snapshot the producer state (unless the log is empty and has no
-        producers), mark a clean shutdown, close the files. Idempotent."""
-        with self._flush_mutex, self._lock:
-            if self._closed:
-                return
-            self._segs.active.on_become_inactive()
-            for seg in self._segs.segments:
-                seg.write_pending()
-                seg.sync()
-            self._rolled_unsynced = []
-            for path in self._unsynced_snapshots:
-                _fsync_if_exists(path)
-            self._unsynced_snapshots = []
-            if self._producers.producers or self.log_end_offset > self._log_start_offset:
-                self._producers.take_snapshot(self.directory)  # at the end: no replay at open
-            self._persist_epochs()  # a clean start trusts it for every segment
-            fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
-            os.fsync(fd)
-            os.close(fd)
-            fsync_dir(self.directory)
-            self._recovery_point = self.log_end_offset
-            self._closed = True
-            for seg in self._segs.segments:
-                self._segs.retire(seg)
-
-    def delete(self) -> None:
-        """Close and remove the directory (renamed to `<dir>.<uuid>-delete` first, as
-        Kafka does, so a crash midway leaves nothing that loads as a partition)."""
-        remove_deleted_dir(self.close_for_delete())
-
-    def close_for_delete(self) -> Path | None:
-        """The quick half of `delete` (fit for the event loop): close the log and rename
-        its directory to `<dir>.<uuid>-delete`, so the name is free at once for a new
-        replica of the partition. Returns the renamed directory (None if there was none)
-        for `remove_deleted_dir`, the slow half, to remove in a worker thread."""
-        with self._lock:
-            self._closed = True
-            for seg in self._segs.segments:
-                self._segs.retire(seg)
-        if not self.directory.exists():
-            return None
-        doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
-        os.replace(self.directory, doomed)
-        return doomed
-
-    def _write_offset_file(self, name: str, value: int) -> None:
-        atomic_write(self.directory / name, f"{value}\n".encode())
-
-
-def remove_deleted_dir(doomed: Path | None) -> None:
-    """The slow half of `Log.delete` (a worker thread's job): make the rename durable,
-    then remove the files. A crash before the end leaves the `-delete` directory, which
-    the next start removes (LogManager.load)."""
-    if doomed is None:
-        return
-    fsync_dir(doomed.parent)
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
-def _fsync_if_exists(path: Path) -> None:
-    """fsync a file written unsynced earlier; it may have been deleted since."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

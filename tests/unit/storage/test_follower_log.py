@@ -379,6 +379,27 @@ def test_truncation_checkpoints_recovery_point_and_hw_at_once(tmp_path: Path) ->
     lm.close()
 
 
+def test_truncating_fully_checkpoints_recovery_point_and_hw_at_once(tmp_path: Path) -> None:
+    """The same for `truncate_fully_and_start_at` below the checkpointed points: a
+    stale recovery point left in the file would vouch for data appended later."""
+    lm = manager(tmp_path, cluster=True)
+    lm.create_topic("t", 1, {})
+    lg = lm.get_log("t", 0)
+    assert lg is not None
+    for i in range(6):
+        lg.append(plain(2, tag=i, size=600), leader_epoch=0)
+    lg.flush()
+    lg.update_high_watermark(12)
+    lm.checkpoint_recovery_points()
+    lm.checkpoint_high_watermarks()
+    assert read_offset_checkpoint(tmp_path / RECOVERY_CHECKPOINT)[("t", 0)] == 10
+    assert lg.truncate_fully_and_start_at(3) == 3
+    assert lg.recovery_point == 3 == lg.high_watermark == lg.log_start_offset
+    assert read_offset_checkpoint(tmp_path / RECOVERY_CHECKPOINT)[("t", 0)] == 3
+    assert read_offset_checkpoint(tmp_path / REPLICATION_CHECKPOINT)[("t", 0)] == 3
+    lm.close()
+
+
 def test_a_follower_left_below_the_leaders_log_start_restarts_there(tmp_path: Path) -> None:
     """OFFSET_OUT_OF_RANGE after the leader deleted what a stopped follower missed: the
     fetcher's rule (replication.follower.out_of_range_action) empties the follower's log
