@@ -30,12 +30,13 @@ fetched batches unchanged; `truncate_to` cuts a follower's divergent tail;
 `maybe_increment_log_start_as_follower` follows the leader's log start. The embedded
 broker passes no epoch and uses none of it: its logs behave as before.
 
-Modules, by job: this one opens the log, appends (the hot path), reads, flushes and
-answers the timestamp queries; mixins hold the rest and share its state and its lock:
-`log_txn` (HW, LSO, markers, KIP-890 guards), `log_replica` (leader epochs, follower
-appends), `log_truncation` (`truncate_to`, `truncate_fully_and_start_at`),
-`log_cleanup` (retention, DeleteRecords, producer expiry, the cleaner's hooks) and
-`log_lifecycle` (`close`, `delete`).
+Modules, by job: this one opens the log, appends (the hot path), reads and answers
+the timestamp queries; mixins hold the rest and share its state and its lock:
+`log_flush` (`flush` and its steps for a group-commit round), `log_txn` (HW, LSO,
+markers, KIP-890 guards), `log_replica` (leader epochs, follower appends),
+`log_truncation` (`truncate_to`, `truncate_fully_and_start_at`), `log_cleanup`
+(retention, DeleteRecords, producer expiry, the cleaner's hooks) and `log_lifecycle`
+(`close`, `delete`).
 
 Invariants:
 - `high_watermark` <= `log_end_offset`; only `update_high_watermark` /
@@ -86,11 +87,9 @@ the flush ends (see `SegmentList`). `close` waits for a running flush.
 
 from __future__ import annotations
 
-import logging
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -106,13 +105,12 @@ from tidegate.storage.files import (
     LOG_EXT,
     TIMEINDEX_EXT,
     TXNINDEX_EXT,
-    fsync_dir,
     parse_partition_dir,
     segment_path,
 )
-from tidegate.storage.files import fsync_if_exists as _fsync_if_exists  # flush's name
-from tidegate.storage.leader_epochs import EpochEntry, load_leader_epochs
+from tidegate.storage.leader_epochs import load_leader_epochs
 from tidegate.storage.log_cleanup import CleanupLog
+from tidegate.storage.log_flush import FlushingLog, FlushTicket
 from tidegate.storage.log_lifecycle import LifecycleLog, remove_deleted_dir
 from tidegate.storage.log_replica import ReplicaLog
 from tidegate.storage.log_truncation import TruncatingLog
@@ -138,12 +136,10 @@ from tidegate.storage.validation import (
     validate_producer_batches,
 )
 
-__all__ = ["UNVERIFIED", "AppendInfo", "Log", "remove_deleted_dir"]
+__all__ = ["UNVERIFIED", "AppendInfo", "FlushTicket", "Log", "remove_deleted_dir"]
 
 # `Log.append`'s default for `verification_guard`: no KIP-890 check (internal callers).
 UNVERIFIED: object = object()
-
-log = logging.getLogger(__name__)
 
 
 # Batches replayed at open (recovery.load_producer_state) from which the producer state
@@ -167,22 +163,8 @@ class AppendInfo(NamedTuple):
     duplicate: bool = False
 
 
-@dataclass(slots=True)
-class FlushTicket:
-    """What one flush makes durable (`Log.begin_flush`): the log end it reaches, the
-    segment list's generation then (a truncation since voids it), and the files."""
-
-    target: int
-    generation: int
-    active: LogSegment
-    rolled: list[LogSegment]
-    todo: Sequence[LogSegment]
-    sync_dir: bool
-    snapshots: list[Path]
-    epochs: tuple[tuple[EpochEntry, ...], int] | None
-
-
-class Log(TransactionalLog, ReplicaLog, TruncatingLog, CleanupLog, LifecycleLog):
+class Log(TransactionalLog, ReplicaLog, TruncatingLog, CleanupLog, LifecycleLog,
+          FlushingLog):
     def __init__(
         self,
         directory: Path,
@@ -582,111 +564,6 @@ class Log(TransactionalLog, ReplicaLog, TruncatingLog, CleanupLog, LifecycleLog)
             return b""
 
     # -- durability --------------------------------------------------------------------
-
-    def flush(self) -> int:
-        """fdatasync everything appended so far; returns the new recovery point.
-
-        Safe to call from a worker thread while another thread appends (module doc).
-        """
-        ticket = self.begin_flush()
-        if ticket is None:
-            return self._recovery_point
-        try:
-            self.sync_flush_files(ticket)
-            self.write_flush_epochs(ticket)
-        except OSError:
-            if self.abort_flush(ticket):  # deleted under us: nothing left to make durable
-                return self._recovery_point
-            raise
-        return self.end_flush(ticket)
-
-    # `flush` in three steps, so that storage/flush_together.py can make many logs
-    # durable with one syncfs(2) between the first and the last: `begin_flush` captures
-    # what to sync (holding the flush mutex until `end_flush` or `abort_flush`),
-    # `sync_flush_files` is the per-file way to sync it, then the epoch checkpoint is
-    # written, and `end_flush` raises the recovery point to what was captured.
-
-    def begin_flush(self) -> FlushTicket | None:
-        """Capture the target and the files to sync; None if the log is closed. OSError
-        if entries a full disk left queued still cannot be written (nothing held then)."""
-        segs = self._segs
-        self._flush_mutex.acquire()
-        try:
-            with self._lock:
-                if self._closed:
-                    self._flush_mutex.release()
-                    return None
-                active = segs.segments[-1]
-                target = active.next_offset  # the log end
-                generation = segs.generation
-                todo: Sequence[LogSegment]
-                if self._rolled_unsynced:
-                    rolled = list(self._rolled_unsynced)  # a roll during the flush appends
-                    start = min([self._recovery_point, *(seg.base_offset for seg in rolled)])
-                    todo = segs.segments[segs.floor_index(start) :]
-                else:
-                    # no roll since the last flush: one segment to sync, as a rule (a
-                    # 1,000-log flush round runs this per log; the slice and bisect were
-                    # a tenth of its Python)
-                    rolled = []
-                    todo = ((active,) if self._recovery_point >= active.base_offset
-                            else segs.segments[segs.floor_index(self._recovery_point) :])
-                for seg in todo:  # entries a full disk left queued; raises until written
-                    seg.write_pending()
-                sync_dir, segs.dir_dirty = segs.dir_dirty, False
-                snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
-                epochs = self._epochs_to_write()  # covers every batch below `target`
-                segs.pin()
-        except BaseException:
-            self._flush_mutex.release()
-            raise
-        return FlushTicket(target, generation, active, rolled, todo, sync_dir, snapshots,
-                           epochs)
-
-    def sync_flush_files(self, ticket: FlushTicket) -> None:
-        """fsync each file the ticket lists (the active segment's indexes: module doc)."""
-        for seg in ticket.todo:
-            seg.sync(indexes=seg is not ticket.active)
-        for path in ticket.snapshots:
-            _fsync_if_exists(path)
-        if ticket.sync_dir:
-            fsync_dir(self.directory)
-
-    def write_flush_epochs(self, ticket: FlushTicket) -> None:
-        """The leader epoch checkpoint the ticket captured, if any (its own fsync)."""
-        if ticket.epochs is not None:
-            self._write_epochs(*ticket.epochs)
-
-    def abort_flush(self, ticket: FlushTicket) -> bool:
-        """A sync failed: requeue the directory and snapshots for the next flush, keep
-        the recovery point. True if the log was closed meanwhile."""
-        segs = self._segs
-        try:
-            with self._lock:
-                segs.dir_dirty = segs.dir_dirty or ticket.sync_dir
-                self._unsynced_snapshots[:0] = ticket.snapshots
-                return self._closed
-        finally:
-            segs.unpin()
-            self._flush_mutex.release()
-
-    def end_flush(self, ticket: FlushTicket) -> int:
-        """Everything captured is durable: raise the recovery point to its target."""
-        segs = self._segs
-        try:
-            segs.unpin()
-            with self._lock:
-                if ticket.generation == segs.generation and ticket.target > self._recovery_point:
-                    self._recovery_point = ticket.target
-                # synced above (if still in the log); those rolled since stay listed
-                rolled = ticket.rolled
-                if rolled:
-                    self._rolled_unsynced = [s for s in self._rolled_unsynced
-                                             if s not in rolled]
-                self.last_flush_ms = self._clock.now_ms()
-                return self._recovery_point
-        finally:
-            self._flush_mutex.release()
 
     # -- timestamps --------------------------------------------------------------------
 
