@@ -311,6 +311,13 @@ def broker_cpu_s(broker: BrokerProcess) -> float:
     return total / 1e9
 
 
+def broker_loop_cpu_s(broker: BrokerProcess) -> float:
+    """CPU time so far of the broker's main thread, where its event loop runs."""
+    assert broker.proc is not None
+    pid = broker.proc.pid
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
 def fill_input(bootstrap: str, topic: str, n: int) -> None:
     from confluent_kafka import Producer
 
@@ -327,8 +334,9 @@ def fill_input(bootstrap: str, topic: str, n: int) -> None:
 
 
 def ctp_confluent(broker: BrokerProcess, src: str, dst: str, group: str, batch: int,
-                  seconds: float) -> tuple[float, float]:
-    """Commits/s and broker CPU ms per commit of a consume-transform-produce loop."""
+                  seconds: float) -> tuple[float, float, float]:
+    """Commits/s, broker CPU ms per commit (all threads) and the event loop's share, of a
+    consume-transform-produce loop."""
     from confluent_kafka import Consumer, KafkaException, Producer
 
     bs = broker.bootstrap
@@ -342,7 +350,7 @@ def ctp_confluent(broker: BrokerProcess, src: str, dst: str, group: str, batch: 
         while not c.assignment():  # joined: the first records wait in the fetch queue
             c.poll(0.1)
         commits = 0
-        cpu0, start = broker_cpu_s(broker), time.perf_counter()
+        cpu0, loop0, start = broker_cpu_s(broker), broker_loop_cpu_s(broker), time.perf_counter()
         until = start + seconds
         while time.perf_counter() < until:
             msgs = c.consume(batch, 1.0)
@@ -359,9 +367,10 @@ def ctp_confluent(broker: BrokerProcess, src: str, dst: str, group: str, batch: 
             commits += 1
         elapsed = time.perf_counter() - start
         cpu = broker_cpu_s(broker) - cpu0
+        loop = broker_loop_cpu_s(broker) - loop0
     finally:
         c.close()
-    return commits / elapsed, cpu / commits * 1000
+    return commits / elapsed, cpu / commits * 1000, loop / commits * 1000
 
 
 def run_ctp(args: argparse.Namespace) -> None:
@@ -371,6 +380,7 @@ def run_ctp(args: argparse.Namespace) -> None:
     trees = [Path(t).resolve() for t in args.broker_trees.split(",")]
     commits: dict[str, list[float]] = {str(t): [] for t in trees}
     cpu: dict[str, list[float]] = {str(t): [] for t in trees}
+    loop_cpu: dict[str, list[float]] = {str(t): [] for t in trees}
     n_input = args.ctp_input
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-",
                                      dir=os.environ.get("TIDEGATE_BENCH_DIR")) as tmp:
@@ -391,10 +401,11 @@ def run_ctp(args: argparse.Namespace) -> None:
             for r in range(args.rounds):
                 for t in _rotated(tuple(str(t) for t in trees), r):
                     b = brokers[[str(x) for x in trees].index(t)]
-                    rate, ms = ctp_confluent(b, "ctp-in", "ctp-out", f"ctp-{r}",
-                                             args.ctp_batch, args.seconds)
+                    rate, ms, loop_ms = ctp_confluent(b, "ctp-in", "ctp-out", f"ctp-{r}",
+                                                      args.ctp_batch, args.seconds)
                     commits[t].append(rate)
                     cpu[t].append(ms)
+                    loop_cpu[t].append(loop_ms)
         finally:
             for b in brokers:
                 b.stop()
@@ -408,8 +419,13 @@ def run_ctp(args: argparse.Namespace) -> None:
         print(f"  {t:40}{statistics.median(c):>12,.0f} ({min(c):,.0f}-{max(c):,.0f})"
               f"{statistics.median(m):>20.3f} ({min(m):.3f}-{max(m):.3f})")
     for t in commits:
+        lp = loop_cpu[t]
+        print(f"  {t:40}{'event-loop thread CPU ms/commit':>28}{statistics.median(lp):>20.3f} "
+              f"({min(lp):.3f}-{max(lp):.3f})")
+    for t in commits:
         print(f"  rounds {t}: " + ", ".join(
-            f"{c:,.0f}/s {m:.3f} ms" for c, m in zip(commits[t], cpu[t], strict=True)))
+            f"{c:,.0f}/s {m:.3f} ms (loop {lp:.3f})"
+            for c, m, lp in zip(commits[t], cpu[t], loop_cpu[t], strict=True)))
 
 
 def _table(title: str, unit: str, values: dict[str, list[float]]) -> None:

@@ -58,6 +58,7 @@ from tidegate.coordinator.runtime import (
     CoordinatorNotAvailableError,
     CoordinatorRuntime,
     NotCoordinatorError,
+    Outcome,
     Result,
     Shard,
 )
@@ -88,6 +89,8 @@ class CoordinatorShell(ShellLoading[S]):
         self._tasks = []
         self._loading = set()
         self._durable_waits = set()
+        # `run(..., defer_flush_s=...)`: appends whose durability wait starts later
+        self._deferred: dict[int, tuple[asyncio.TimerHandle, int, Outcome[object]]] = {}
         self._timer = DeadlineTimer(runtime, self._finish_later, self._reload)
         self._durable = {}
         self.on_durable = None
@@ -105,6 +108,10 @@ class CoordinatorShell(ShellLoading[S]):
             task.cancel()
         for fut in list(self._durable_waits):
             fut.cancel()
+        for handle, partition, outcome in self._deferred.values():
+            handle.cancel()
+            self._appended(partition, outcome)  # flushed with the rest at shutdown
+        self._deferred.clear()
         for task in [*self._tasks, *self._loading]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -113,7 +120,7 @@ class CoordinatorShell(ShellLoading[S]):
     # -- operations -----------------------------------------------------------------------
 
     async def run(self, partition: int, op: Callable[[S, int, int], Result[R]], *,
-                  before_durable: bool = False) -> R:
+                  before_durable: bool = False, defer_flush_s: float = 0.0) -> R:
         """Run `op` on `partition` (module docstring); its response once durable, or,
         for a parked request, the reply a later operation gives it.
 
@@ -123,7 +130,14 @@ class CoordinatorShell(ShellLoading[S]):
         answer nothing durable depends on until a later operation's own durability wait
         covers it (every operation waits for the log end, and a later one's end is past
         these records): the transaction coordinator's AddPartitionsToTxn (client
-        versions), AddOffsetsToTxn and CompleteCommit/CompleteAbort."""
+        versions), AddOffsetsToTxn and CompleteCommit/CompleteAbort.
+
+        `defer_flush_s` (with `before_durable`; one node under the fsync-per-write
+        policy, and no parked replies): the group commit is not told of the append for
+        that long, so the partition's next append (the producer's next
+        AddPartitionsToTxn after a CompleteCommit) shares its fsync instead of finding
+        this one under way and needing another. Nothing may wait for these records
+        meanwhile: a crash in that window loses them as it could before their fsync."""
         token = next(self._tokens)
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._parked[token] = (partition, fut)
@@ -138,6 +152,11 @@ class CoordinatorShell(ShellLoading[S]):
         if outcome.result.response is not PARKED:
             self._parked.pop(token, None)
             if before_durable:
+                if defer_flush_s > 0 and self._may_defer(outcome):
+                    handle = asyncio.get_running_loop().call_later(
+                        defer_flush_s, self._deferred_finish, token)
+                    self._deferred[token] = (handle, partition, cast(Outcome[object], outcome))
+                    return outcome.result.response
                 # told now, not in the background task: a flush another operation starts
                 # meanwhile then covers these records instead of being followed by one
                 # that finds nothing new
@@ -154,6 +173,22 @@ class CoordinatorShell(ShellLoading[S]):
         if outcome.result.response is PARKED:
             return cast(R, await fut)
         return outcome.result.response
+
+    def _may_defer(self, outcome: Outcome[R]) -> bool:
+        replicas = self.broker.replicas
+        return (not outcome.result.replies and not replicas.cluster
+                and replicas.syncs_every_write(outcome.log))
+
+    def _deferred_finish(self, token: int) -> None:
+        """`defer_flush_s` has passed: the durability wait of `run(..., before_durable)`.
+        A flush that an append after these records started covered them already; then
+        the group commit need not hear of them (its flush moved the high watermark)."""
+        entry = self._deferred.pop(token, None)
+        if entry is None:
+            return
+        _, partition, outcome = entry
+        self._finish_later(partition, outcome,
+                           told=outcome.log.recovery_point >= outcome.end_offset)
 
     async def write_marker(self, partition: int, producer_id: int, producer_epoch: int,
                            coordinator_epoch: int, commit: bool) -> None:

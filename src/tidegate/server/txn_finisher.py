@@ -13,7 +13,8 @@ takes its epoch in memory, and a marker may carry it only once a restart is sure
 continue above it), then writes the COMMIT/ABORT marker into every partition of the
 transaction (server/markers.py), retrying with backoff until each is written (a deleted
 partition needs none; a newer coordinator epoch stops the job), then appends
-CompleteCommit/CompleteAbort, retried until written. A job stops when its partition is
+CompleteCommit/CompleteAbort, retried until written (its fsync waits up to
+`COMPLETE_FLUSH_DELAY_S` to share the next add's). A job stops when its partition is
 reloaded: the new shard hands it out again. `wait_completed(id)` lets a request that
 found the id still finishing wait for it. Retries are quiet while the disk is full (the log
 directory says so once); otherwise each job warns once.
@@ -49,6 +50,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 1.0
+# CompleteCommit/CompleteAbort: how long the group commit is not told of the record
+# (`CoordinatorShell.run`'s `defer_flush_s`). The producer's next AddPartitionsToTxn
+# arrives a client round trip later; told at once, the record got an fsync of its own
+# that the add then found under way and had to follow (5 fsyncs per one-record
+# transaction of one producer, 4 with the wait). Nothing waits for the record: a crash
+# before its fsync leaves PrepareCommit, and the restarted coordinator finishes again.
+COMPLETE_FLUSH_DELAY_S = 0.01
 TopicPartition = tuple[str, int]
 MarkerWriter = Callable[[Marker, Iterable[TopicPartition]],
                         Awaitable[dict[TopicPartition, ErrorCode]]]
@@ -171,7 +179,8 @@ class TxnFinisher:
                 # past this record, so nothing acts on the completion before it is durable
                 await self.shell.run(partition, lambda s, now, _t: ops.complete(
                     s, job.transactional_id, job.producer_id, job.producer_epoch, job.commit,
-                    now, job.prepare_offset), before_durable=True)
+                    now, job.prepare_offset), before_durable=True,
+                    defer_flush_s=COMPLETE_FLUSH_DELAY_S)
                 # appended, not yet durable (cluster: not yet replicated), and nobody
                 # told: a new leader must find PrepareCommit and finish again
                 self._fault("after-complete-appended")
