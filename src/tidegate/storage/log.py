@@ -36,7 +36,8 @@ the timestamp queries; mixins hold the rest and share its state and its lock:
 markers, KIP-890 guards), `log_replica` (leader epochs, follower appends),
 `log_truncation` (`truncate_to`, `truncate_fully_and_start_at`), `log_cleanup`
 (retention, DeleteRecords, producer expiry, the cleaner's hooks) and `log_lifecycle`
-(`close`, `delete`).
+(`close`, `delete`); `log_state` declares, once for all of them, the state they share
+and the methods they call on one another.
 
 Invariants:
 - `high_watermark` <= `log_end_offset`; only `update_high_watermark` /

@@ -22,22 +22,18 @@ swap is refused if the segment list's generation moved (a truncation) since the 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from tidegate.common.errors import OffsetOutOfRangeError
 from tidegate.storage import retention
-from tidegate.storage.config import LogConfig
-from tidegate.storage.leader_epochs import LeaderEpochCache
-from tidegate.storage.producer_state import ProducerStateManager
+from tidegate.storage.log_state import LogState
 from tidegate.storage.recovery import CLEANER_OFFSET_FILE, LOG_START_OFFSET_FILE
 from tidegate.storage.segment import LogSegment
-from tidegate.storage.segment_list import SegmentList
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    pass
 
 __all__ = ["CleanupLog"]
 
@@ -45,36 +41,8 @@ __all__ = ["CleanupLog"]
 log = logging.getLogger("tidegate.storage.log")
 
 
-class CleanupLog:
-    """Mixed into `Log`, which sets these attributes and defines the methods below."""
-
-    directory: Path
-    _lock: threading.RLock
-    _config: LogConfig
-    _segs: SegmentList
-    _producers: ProducerStateManager
-    _epochs: LeaderEpochCache
-    _closed: bool
-    _log_start_offset: int
-    _high_watermark: int
-    _first_dirty: int
-
-    if TYPE_CHECKING:
-
-        @property
-        def high_watermark(self) -> int: ...
-
-        @property
-        def topic_partition(self) -> str: ...
-
-        def _check_open(self) -> None: ...
-
-        def _epochs_cut(self, changed: bool) -> None: ...
-
-        def _refresh_lso(self, *, allow_backwards: bool = False) -> None: ...
-
-        def _write_offset_file(self, name: str, value: int) -> None: ...
-
+class CleanupLog(LogState):
+    """A part of `Log` (storage/log_state.py declares what it shares)."""
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: advance the log start offset to `offset` (persisted) and delete

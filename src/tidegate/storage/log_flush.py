@@ -20,17 +20,14 @@ the two, so a segment removed meanwhile is closed only when the flush ends.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from tidegate.common.clock import Clock
 from tidegate.storage.files import fsync_dir, fsync_if_exists
 from tidegate.storage.leader_epochs import EpochEntry
+from tidegate.storage.log_state import LogState
 from tidegate.storage.segment import LogSegment
-from tidegate.storage.segment_list import SegmentList
 
 __all__ = ["FlushTicket", "FlushingLog"]
 
@@ -50,27 +47,8 @@ class FlushTicket:
     epochs: tuple[tuple[EpochEntry, ...], int] | None
 
 
-class FlushingLog:
-    """Mixed into `Log`, which sets these attributes and defines the methods below."""
-
-    directory: Path
-    last_flush_ms: int
-    _clock: Clock
-    _lock: threading.RLock
-    _flush_mutex: threading.Lock
-    _segs: SegmentList
-    _closed: bool
-    _recovery_point: int
-    _unsynced_snapshots: list[Path]
-    _rolled_unsynced: list[LogSegment]
-
-    if TYPE_CHECKING:
-
-        def _epochs_to_write(self) -> tuple[tuple[EpochEntry, ...], int] | None: ...
-
-        def _write_epochs(
-            self, entries: tuple[EpochEntry, ...], version: int, *, sync: bool = True
-        ) -> None: ...
+class FlushingLog(LogState):
+    """A part of `Log` (storage/log_state.py declares what it shares)."""
 
     def flush(self) -> int:
         """fdatasync everything appended so far; returns the new recovery point.

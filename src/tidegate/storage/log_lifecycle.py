@@ -21,40 +21,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tidegate.storage.files import atomic_write, fsync_dir, fsync_if_exists
-from tidegate.storage.producer_state import ProducerStateManager
+from tidegate.storage.log_state import LogState
 from tidegate.storage.recovery import CLEAN_SHUTDOWN_FILE
-from tidegate.storage.segment import LogSegment
-from tidegate.storage.segment_list import SegmentList
 
 __all__ = ["LifecycleLog", "remove_deleted_dir"]
 
 
-class LifecycleLog:
-    """Mixed into `Log`, which sets these attributes and defines the methods below."""
-
-    directory: Path
-    _lock: threading.RLock
-    _flush_mutex: threading.Lock
-    _segs: SegmentList
-    _producers: ProducerStateManager
-    _closed: bool
-    _log_start_offset: int
-    _recovery_point: int
-    _unsynced_snapshots: list[Path]
-    _rolled_unsynced: list[LogSegment]
-
-    if TYPE_CHECKING:
-
-        @property
-        def log_end_offset(self) -> int: ...
-
-        def _persist_epochs(self, *, quiet: bool = False, sync: bool = True) -> None: ...
+class LifecycleLog(LogState):
+    """A part of `Log` (storage/log_state.py declares what it shares)."""
 
     def close(self) -> None:
         """Flush, snapshot the producer state (unless the log is empty and has no

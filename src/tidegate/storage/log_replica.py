@@ -39,12 +39,9 @@ Locking: everything runs under the log's lock, like the rest of `Log` (see `log`
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidegate.common.clock import Clock
 from tidegate.records.batch import BatchHeader, peek_size
 from tidegate.storage.errors import UnexpectedAppendOffsetError
 from tidegate.storage.leader_epochs import (
@@ -54,11 +51,10 @@ from tidegate.storage.leader_epochs import (
     assign_from_headers,
     write_leader_epoch_checkpoint,
 )
+from tidegate.storage.log_state import LogState
 from tidegate.storage.markers import decode_marker, is_marker_batch
-from tidegate.storage.producer_state import ProducerStateManager
 from tidegate.storage.recovery import replay_batch
-from tidegate.storage.segment import LogSegment, check_batch
-from tidegate.storage.segment_list import SegmentList
+from tidegate.storage.segment import check_batch
 
 if TYPE_CHECKING:
     from tidegate.storage.log import AppendInfo
@@ -86,33 +82,8 @@ def split_batches(data: Buffer) -> list[tuple[int, BatchHeader]]:
     return found
 
 
-class ReplicaLog:
-    """Mixed into `Log`, which sets these attributes and defines the methods below."""
-
-    _lock: threading.RLock
-    _clock: Clock
-    _segs: SegmentList
-    _producers: ProducerStateManager
-    _epochs: LeaderEpochCache
-    _epochs_version: int  # bumped by every change to the cache (under the log lock)
-    _epochs_written: int  # the version the checkpoint file holds
-    _epochs_io: threading.Lock  # orders checkpoint writes (taken after the log lock)
-    _log_start_offset: int
-    directory: Path
-
-    if TYPE_CHECKING:
-
-        @property
-        def log_end_offset(self) -> int: ...
-
-        @property
-        def topic_partition(self) -> str: ...
-
-        def _check_open(self) -> None: ...
-
-        def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now: int) -> LogSegment: ...
-
-        def _increment_log_start(self, offset: int) -> None: ...
+class ReplicaLog(LogState):
+    """A part of `Log` (storage/log_state.py declares what it shares)."""
 
     # -- leader epochs -----------------------------------------------------------------
 

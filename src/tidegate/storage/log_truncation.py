@@ -20,20 +20,13 @@ the segment list's generation, which voids a flush or a cleaner swap captured be
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from tidegate.common.clock import Clock
-from tidegate.storage.config import LogConfig
-from tidegate.storage.leader_epochs import LeaderEpochCache
-from tidegate.storage.producer_state import ProducerStateManager
+from tidegate.storage.log_state import LogState
 from tidegate.storage.recovery import LOG_START_OFFSET_FILE, replay_producer_state
 from tidegate.storage.segment import LogSegment
-from tidegate.storage.segment_list import SegmentList
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from tidegate.storage.log import Log
 
@@ -43,40 +36,8 @@ __all__ = ["TruncatingLog"]
 log = logging.getLogger("tidegate.storage.log")
 
 
-class TruncatingLog:
-    """Mixed into `Log`, which sets these attributes and defines the methods below."""
-
-    directory: Path
-    on_truncated: Callable[[Log], None] | None
-    _lock: threading.RLock
-    _config: LogConfig
-    _clock: Clock
-    _segs: SegmentList
-    _producers: ProducerStateManager
-    _epochs: LeaderEpochCache
-    _log_start_offset: int
-    _recovery_point: int
-    _high_watermark: int
-    _last_stable_offset: int
-    _first_dirty: int
-
-    if TYPE_CHECKING:
-
-        @property
-        def log_end_offset(self) -> int: ...
-
-        @property
-        def topic_partition(self) -> str: ...
-
-        def _check_open(self) -> None: ...
-
-        def _epochs_cut(self, changed: bool) -> None: ...
-
-        def _refresh_lso(self, *, allow_backwards: bool = False) -> None: ...
-
-        def _write_offset_file(self, name: str, value: int) -> None: ...
-
-        def set_first_dirty_offset(self, offset: int) -> None: ...
+class TruncatingLog(LogState):
+    """A part of `Log` (storage/log_state.py declares what it shares)."""
 
     def truncate_to(self, offset: int) -> int:
         """Remove the batch holding `offset` and everything after it; returns the new

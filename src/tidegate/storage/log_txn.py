@@ -9,13 +9,11 @@ log's lock, like the rest of `Log`.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
-from tidegate.common.clock import Clock
+from tidegate.storage.log_state import LogState
 from tidegate.storage.markers import build_marker
-from tidegate.storage.producer_state import ProducerInfo, ProducerStateManager
-from tidegate.storage.segment_list import SegmentList
+from tidegate.storage.producer_state import ProducerInfo
 from tidegate.storage.txn_index import AbortedTxn, collect_aborted
 
 if TYPE_CHECKING:
@@ -24,29 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["TransactionalLog"]
 
 
-class TransactionalLog:
-    """Mixed into `Log`, which sets these attributes and defines the two methods."""
-
-    _lock: threading.RLock
-    _clock: Clock
-    _segs: SegmentList
-    _producers: ProducerStateManager
-    _log_start_offset: int
-    _high_watermark: int
-    _last_stable_offset: int
-
-    if TYPE_CHECKING:
-
-        def _check_open(self) -> None: ...
-
-        def append_control(
-            self,
-            data: bytes,
-            *,
-            now_ms: int | None = None,
-            coordinator_epoch: int | None = None,
-            leader_epoch: int | None = None,
-        ) -> AppendInfo: ...
+class TransactionalLog(LogState):
+    """A part of `Log` (storage/log_state.py declares what it shares)."""
 
     @property
     def high_watermark(self) -> int:
