@@ -13,9 +13,10 @@ An in-process broker, no sockets: light.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from pathlib import Path
+
+from tests.unit.server.held_flush import hold_fsync
 
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import ErrorCode
@@ -25,7 +26,6 @@ from tidegate.records.builder import build_batch
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers import produce
-from tidegate.storage.log import Log
 
 
 def _exported(buf: bytearray) -> bool:
@@ -37,17 +37,6 @@ def _exported(buf: bytearray) -> bool:
     del buf[-1:]
     return False
 
-
-def _hold_fsync(lg: Log) -> threading.Event:
-    gate = threading.Event()
-    real = lg.flush
-
-    def held() -> int:
-        gate.wait(10)
-        return real()
-
-    lg.flush = held  # type: ignore[method-assign]
-    return gate
 
 
 def _request_buffer(version: int, n_parts: int) -> bytearray:
@@ -65,7 +54,7 @@ def test_the_request_buffer_is_free_while_the_answer_waits_for_the_fsync(
         b = Broker(BrokerConfig({"log.dirs": str(tmp_path)}))
         b.load()
         b.create_topic("t", 2, {})
-        gates = [_hold_fsync(b.replicas.leader("t", i).log) for i in range(2)]
+        gates = [hold_fsync(b.replicas.leader("t", i).log) for i in range(2)]
         try:
             buf = _request_buffer(9, 2)
             req, _ = produce_request.decode(memoryview(buf), 0, 9)

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.unit.server.held_flush import hold_fsync
+
 from tidegate.common.config import BrokerConfig
 from tidegate.common.errors import ErrorCode
 from tidegate.common.topics import TRANSACTION_STATE
@@ -47,18 +49,6 @@ def _broker(tmp_path: Path, *, create: bool = True) -> Broker:
         b.create_topic("t", 1, {})
     return b
 
-
-def _hold_fsync(lg: Log) -> threading.Event:
-    """`lg`'s flushes (in the group commit's worker threads) wait until the event is set."""
-    gate = threading.Event()
-    real = lg.flush
-
-    def held() -> int:
-        gate.wait(10)
-        return real()
-
-    lg.flush = held  # type: ignore[method-assign]
-    return gate
 
 
 def _produce(version: int, pid: int, epoch: int, sequence: int = 0) -> Any:
@@ -92,7 +82,7 @@ async def _stop(b: Broker) -> None:
 def test_data_waits_for_an_add_answered_before_its_fsync(tmp_path: Path) -> None:
     async def main() -> None:
         b, state, data, pid, epoch = await _started(tmp_path)
-        gate = _hold_fsync(state)
+        gate = hold_fsync(state)
         try:
             add = build(request_class(24, 3), {
                 "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": pid,
@@ -114,7 +104,7 @@ def test_data_waits_for_an_add_answered_before_its_fsync(tmp_path: Path) -> None
             assert data.log_end_offset == 1
             assert state.recovery_point == state.log_end_offset
             # EndTxn: answered only once PrepareCommit (and so the add) is durable
-            gate = _hold_fsync(state)
+            gate = hold_fsync(state)
             end = build(request_class(26, 3), {
                 "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
                 "committed": True})
@@ -136,7 +126,7 @@ def test_transaction_version_2_adds_durably_before_appending(tmp_path: Path) -> 
     lets the data be appended at once, so it must wait for its record's fsync."""
     async def main() -> None:
         b, state, data, pid, epoch = await _started(tmp_path)
-        gate = _hold_fsync(state)
+        gate = hold_fsync(state)
         try:
             sent = asyncio.ensure_future(produce.handle(
                 b, RequestContext(0, 12, 2, "c", "peer"), _produce(12, pid, epoch)))
@@ -153,20 +143,6 @@ def test_transaction_version_2_adds_durably_before_appending(tmp_path: Path) -> 
 
     asyncio.run(main())
 
-
-def _hold_fsync_from(lg: Log, end: int) -> threading.Event:
-    """`lg`'s flushes wait until the event is set once the log holds `end` records or
-    more (earlier flushes go through)."""
-    gate = threading.Event()
-    real = lg.flush
-
-    def held() -> int:
-        if lg.log_end_offset >= end:
-            gate.wait(10)
-        return real()
-
-    lg.flush = held  # type: ignore[method-assign]
-    return gate
 
 
 def _add(pid: int, epoch: int) -> Any:
@@ -209,7 +185,7 @@ def test_next_transaction_starts_on_an_appended_complete_commit(tmp_path: Path) 
             # the fsync that would make CompleteCommit durable (the record after
             # PrepareCommit) is held; PrepareCommit's goes through
             prepare = state.log_end_offset
-            gate = _hold_fsync_from(state, prepare + 2)
+            gate = hold_fsync(state, prepare + 2)
             await _commit(b, pid, epoch)
             # the next transaction's add, sent at once as librdkafka does: it waits for
             # the markers and the append of CompleteCommit, not for its fsync (held
@@ -294,7 +270,7 @@ def test_an_answered_adds_durability_wait_is_a_callback_that_waits_for_the_fsync
     async def main() -> None:
         b, state, _data, pid, epoch = await _started(tmp_path)
         shell = b.txn_coordinator.shell
-        gate = _hold_fsync(state)
+        gate = hold_fsync(state)
         try:
             tasks = len(asyncio.all_tasks())
             ctx = RequestContext(24, 3, 1, "c", "peer")
