@@ -164,9 +164,27 @@ def decode(
     return entity
 
 
+# Encodings of immutable responses answered again and again (ApiVersions'), by the
+# entity's id; the entity is held here, so its id cannot be reused while cached.
+_ENCODED: dict[int, tuple[Entity, bytes]] = {}
+_ENCODED_MAX = 256
+
+
+def remember_encoding(entity: Entity) -> None:
+    """`encode(entity)` returns these bytes from now on, without encoding again: for an
+    entity the caller answers many times (kio's entities are frozen, so the bytes stay
+    right). A bounded cache: when full it starts again."""
+    if len(_ENCODED) >= _ENCODED_MAX:
+        _ENCODED.clear()
+    _ENCODED[id(entity)] = (entity, encode(entity))
+
+
 def encode(entity: Entity) -> bytes:
     if isinstance(entity, HandWrittenMessage):
         return entity.encode_body()
+    hit = _ENCODED.get(id(entity))
+    if hit is not None and hit[0] is entity:
+        return hit[1]
     out = io.BytesIO()
     _writer(type(entity))(out, entity)
     return out.getvalue()

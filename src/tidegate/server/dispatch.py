@@ -50,11 +50,16 @@ def api_name(api_key: int) -> str:
 class Dispatcher:
     def __init__(self) -> None:
         self.apis: dict[int, Api] = {}
+        # ApiVersions responses by (version, transaction.version level): built and
+        # encoded once (75 entries: ~0.35 ms a request otherwise); dropped when an API
+        # is registered (metrics/wiring.py adds the telemetry APIs after start-up)
+        self.api_versions_cache: dict[tuple[int, int], Any] = {}
 
     def register(self, api_key: int, handler: Handler, min_v: int, max_v: int) -> None:
         lo, hi = kio_range(api_key)
         lo, hi = max(lo, min_v), min(hi, max_v)
         self.apis[api_key] = Api(api_key, api_name(api_key), lo, hi, handler)
+        self.api_versions_cache.clear()
 
     def supports(self, api_key: int, version: int) -> bool:
         api = self.apis.get(api_key)

@@ -150,6 +150,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         finally:
             self._waiter = None
 
+    def interrupt(self) -> None:
+        """End a `wait` without data (the listener's idle timer); `ready()` says which."""
+        self._wake()
+
     def take(self) -> list[Frame]:
         """The complete frames received and not yet taken, in order; [] at the end of
         the stream. Raises FrameTooLargeError, or the connection's error, once the frames

@@ -45,16 +45,16 @@ import asyncio
 import functools
 import logging
 import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from tidegate.protocol.framing import FrameError, encode_frame
+from tidegate.protocol.flexible import skip_tagged_fields
+from tidegate.protocol.framing import FrameError
 from tidegate.protocol.headers import (
     API_VERSIONS_KEY,
     HeaderError,
-    encode_response_header,
-    parse_request_header,
     parse_request_header_prefix,
 )
 from tidegate.protocol.messages import (
@@ -78,6 +78,7 @@ from tidegate.server.security import ListenerSecurityRuntime, Session
 log = logging.getLogger(__name__)
 
 _CLOSE = object()
+_I32 = struct.Struct(">i")
 
 
 class ProtocolViolation(Exception):
@@ -106,6 +107,15 @@ class Connection:
         self.newest: tuple[int, asyncio.Future[None]] | None = None
         self.failed = False
         self.mute = Mute()  # a throttled client's next request waits (server/quotas/)
+        # The loop's own methods, not asyncio's module functions: those look the running
+        # loop up (and ensure_future checks its argument's type) on every call.
+        self.loop = asyncio.get_running_loop()
+        # connections.max.idle.ms: when the current wait for data began (None while
+        # requests are being read), the connection's one idle timer, and whether it
+        # found the connection idle (`_wait_or_idle`)
+        self.waiting_since: float | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.idle_expired = False
 
     async def run(self) -> None:
         sock = self.writer.get_extra_info("socket")
@@ -119,12 +129,9 @@ class Connection:
         stream = self.reader
         try:
             while not self.closed:
-                if not stream.ready():  # no timer (wait_for's task) when data is there
-                    try:
-                        await asyncio.wait_for(stream.wait(), idle)
-                    except TimeoutError:
-                        log.info("closing idle connection from %s", self.peer)
-                        break
+                if not stream.ready() and not await self._wait_or_idle(idle):
+                    log.info("closing idle connection from %s", self.peer)
+                    break
                 try:
                     frames = stream.take()  # complete frames, read in place
                 except FrameError as e:
@@ -146,6 +153,8 @@ class Connection:
             pass
         finally:
             self.closed = True
+            if self.idle_timer is not None:
+                self.idle_timer.cancel()
             await self.pending.put(_CLOSE)
             try:
                 await writer_task
@@ -153,9 +162,46 @@ class Connection:
                 log.exception("connection writer failed for %s", self.peer)
             self.writer.close()
 
+    async def _wait_or_idle(self, idle: float) -> bool:
+        """Wait until the stream is ready; False if no data came for `idle` seconds.
+
+        One timer per connection, re-armed only when it fires (`_idle_check`), instead
+        of asyncio.wait_for's Task and timer for each wait: those were about a tenth of
+        the broker's cost of a small request sent on its own (bench/requests.py)."""
+        stream = self.reader
+        self.waiting_since = self.loop.time()
+        if self.idle_timer is None:
+            self.idle_timer = self.loop.call_at(self.waiting_since + idle, self._idle_check,
+                                                idle)
+        try:
+            while True:
+                await stream.wait()  # until ready, or interrupted by `_idle_check`
+                if stream.ready():
+                    return True
+                if self.idle_expired:
+                    return False
+        finally:
+            self.waiting_since = None
+
+    def _idle_check(self, idle: float) -> None:
+        """The idle timer: close a connection that has waited `idle` seconds for data,
+        else fire again when the current wait (or, while busy, a wait starting now)
+        would reach `idle`."""
+        self.idle_timer = None
+        if self.closed:
+            return
+        now = self.loop.time()
+        since = self.waiting_since
+        due = now + idle if since is None else since + idle
+        if since is not None and now >= due - 0.001:  # loop timers may fire a bit early
+            self.idle_expired = True
+            self.reader.interrupt()
+            return
+        self.idle_timer = self.loop.call_at(due, self._idle_check, idle)
+
     async def _start(self, frame: Frame) -> None:
         try:
-            header, _ = parse_request_header_prefix(frame)
+            header, pos = parse_request_header_prefix(frame)
         except HeaderError as e:
             raise ProtocolViolation(f"malformed request header: {e}") from e
         dispatcher = self.broker.dispatcher
@@ -185,14 +231,15 @@ class Connection:
         cls = request_class(header.api_key, header.api_version)
         flexible = bool(getattr(cls, "__flexible__", False))
         try:
-            _, pos = parse_request_header(frame, flexible)
+            if flexible:  # request header v2: the v1 part's tagged fields follow
+                pos = skip_tagged_fields(frame, pos, len(frame), HeaderError)
             request = decode(cls, frame, pos)
         except (HeaderError, DecodeError) as e:
             raise ProtocolViolation(
                 f"cannot parse {api.name} v{header.api_version} request: {e}"
             ) from e
         gate = self._gate(header.api_key)
-        released: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        released: asyncio.Future[None] = self.loop.create_future()
         ctx = RequestContext(
             header.api_key,
             header.api_version,
@@ -204,13 +251,17 @@ class Connection:
             session.listener if session is not None else "",
             session,
         )
-        task: asyncio.Task[Any] = asyncio.ensure_future(self._run(gate, api, ctx, request))
+        task: asyncio.Task[Any] = self.loop.create_task(self._run(gate, api, ctx, request))
         self.running.add(task)
         task.add_done_callback(functools.partial(self._finished, released))
         self.newest = (header.api_key, released)
         # ApiVersions responses always use header v0 (KIP-511).
         resp_flexible = flexible and header.api_key != API_VERSIONS_KEY
-        await self.pending.put((header.correlation_id, resp_flexible, task))
+        item = (header.correlation_id, resp_flexible, task)
+        if self.pending.full():  # queued.max.requests unanswered: reading waits
+            await self.pending.put(item)
+        else:  # no coroutine for a put that cannot wait
+            self.pending.put_nowait(item)
 
     def _raw_token(self, frame: bytes) -> None:
         """A bare SASL token after SaslHandshake v0 (KIP-43): answered as a bare frame."""
@@ -248,9 +299,15 @@ class Connection:
         # the event loop, each finding the previous one released, with no wake-up in
         # between. That keeps the cost of ordering out of the produce path.
         arrived = time.perf_counter()
-        waiting = [f for f in gate if not f.done()]
-        if waiting:
-            await asyncio.wait(waiting)  # asyncio.wait: a failed handler does not raise here
+        if len(gate) == 1 and not isinstance(gate[0], asyncio.Task):
+            # The newest request's release (`_gate`): a future only ever given a result,
+            # awaited directly rather than through asyncio.wait's waiter and callbacks.
+            if not gate[0].done():
+                await gate[0]
+        else:
+            waiting = [f for f in gate if not f.done()]
+            if waiting:
+                await asyncio.wait(waiting)  # a failed handler does not raise here
         if self.failed:
             return None
         # -- client quotas (server/quotas/throttle.py): measure, throttle, mute; a single
@@ -278,7 +335,8 @@ class Connection:
 
     async def _write_loop(self) -> None:
         while True:
-            item = await self.pending.get()
+            pending = self.pending
+            item = pending.get_nowait() if not pending.empty() else await pending.get()
             if item is _CLOSE:
                 return
             correlation_id, flexible, body = item
@@ -298,11 +356,16 @@ class Connection:
             if self.closed and self.writer.is_closing():
                 continue
             if correlation_id is None:  # a bare SASL token (KIP-43, handshake v0)
-                payload = bytes(body)
+                raw = bytes(body)
+                data = _I32.pack(len(raw)) + raw
             else:
-                payload = encode_response_header(correlation_id, flexible) + encode(body)
+                # size, response header (v1 adds an empty tagged-field section), body:
+                # one join instead of two concatenations
+                raw = encode(body)
+                data = b"".join((_I32.pack(len(raw) + 4 + flexible), _I32.pack(correlation_id),
+                                 b"\x00" if flexible else b"", raw))
             try:
-                self.writer.write(encode_frame(payload))
+                self.writer.write(data)
                 await self.writer.drain()
             except (ConnectionError, OSError):
                 self.closed = True

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidegate.protocol.messages import build
+from tidegate.protocol.messages import build, remember_encoding
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 
@@ -38,6 +38,15 @@ def api_keys_payload(broker: Broker) -> list[dict[str, int]]:
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     level = broker.txn_coordinator.config.transaction_version
+    cache = broker.dispatcher.api_versions_cache  # cleared when an API is registered
+    response = cache.get((ctx.api_version, level))
+    if response is None:
+        response = cache[ctx.api_version, level] = _build(broker, ctx, level)
+        remember_encoding(response)  # the same bytes every time
+    return response
+
+
+def _build(broker: Broker, ctx: RequestContext, level: int) -> Any:
     return build(
         ctx.response_class,
         {
