@@ -55,6 +55,8 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("clients", ["--records", "5000", "--repeat", "1", "--clients",
                  "tidegate,tidegate-sync,confluent,aiokafka"]),
     ("transactions_client", ["--quick"]),
+    # Tidegate only: its Kafka reference is Kafka's default mode, not the shared peer's
+    ("requests", ["--rounds", "1", "--seconds", "2", "--peer", "none"]),
     ("metrics_cost", ["--records", "10000", "--rounds", "1", "--scrape-partitions", "200",
                       "--scrapes", "3"]),
     ("records", ["--per-record-only"]),
