@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 from tests.unit.protocol._garbled import GARBLINGS, assert_both_or_neither, garble
+from tests.unit.protocol._same_as_kio import assert_same_as_kio
 
 from tidegate.protocol import guard
 from tidegate.protocol import txn_offsets as to
@@ -27,7 +28,6 @@ from tidegate.protocol.messages import (
     response_class,
 )
 from tidegate.server.dispatch import default_dispatcher
-from tidegate.server.metrics.requests import count_errors
 from tidegate.server.quotas.throttle import with_throttle
 
 ADD, COMMIT = to.ADD_OFFSETS_KEY, to.TXN_OFFSET_COMMIT_KEY
@@ -173,15 +173,8 @@ def _hand_response(key: int, v: int, d: dict[str, Any]) -> Any:
 @given(data=responses)
 def test_responses_same_bytes_and_error_counts_as_kio(data: dict[str, Any]) -> None:
     for key, v in SERVED:
-        hand, want = _hand_response(key, v, data), _kio_response(key, v, data)
-        raw = encode(hand)
-        assert raw == encode(want), f"{key} v{v}"
-        decode(response_class(key, v), raw, strict=True)
-        got_counts: dict[int, int] = {}
-        want_counts: dict[int, int] = {}
-        count_errors(hand, got_counts)
-        count_errors(want, want_counts)
-        assert got_counts == want_counts, f"{key} v{v}"
+        assert_same_as_kio(_hand_response(key, v, data), _kio_response(key, v, data),
+                           response_class(key, v), f"{key} v{v}")
 
 
 def test_throttle_is_replaced_as_on_kio_responses() -> None:

@@ -11,12 +11,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from tests.unit.protocol._same_as_kio import assert_same_as_kio
 
 from tidegate.protocol import txn_responses as tr
-from tidegate.protocol.messages import build, decode, encode
+from tidegate.protocol.messages import build, encode
 from tidegate.protocol.messages import response_class as kio_response_class
 from tidegate.server.dispatch import default_dispatcher
-from tidegate.server.metrics.requests import count_errors
 from tidegate.server.quotas.throttle import with_throttle
 
 VERSIONS = range(tr.MIN_VERSION, tr.MAX_VERSION + 1)
@@ -87,15 +87,8 @@ def test_the_classes_cover_every_served_version() -> None:
 def test_same_bytes_and_error_counts_as_kio(data: dict[str, Any]) -> None:
     for key in (ADD, END):
         for v in VERSIONS:
-            hand, want = _hand(key, v, data), _kio(key, v, data)
-            raw = encode(hand)
-            assert raw == encode(want), f"{key} v{v}"
-            decode(kio_response_class(key, v), raw, strict=True)
-            got_counts: dict[int, int] = {}
-            want_counts: dict[int, int] = {}
-            count_errors(hand, got_counts)
-            count_errors(want, want_counts)
-            assert got_counts == want_counts, f"{key} v{v}"
+            assert_same_as_kio(_hand(key, v, data), _kio(key, v, data),
+                               kio_response_class(key, v), f"{key} v{v}")
 
 
 def test_throttle_is_replaced_as_on_kio_responses() -> None:

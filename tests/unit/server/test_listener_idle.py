@@ -4,8 +4,10 @@ long, and only such a connection (server/listener.py's one idle timer per connec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tidegate.common.config import BrokerConfig
@@ -25,6 +27,22 @@ def _api_versions(correlation_id: int) -> bytes:
                                              "client_software_version": "1"})))
 
 
+@contextlib.asynccontextmanager
+async def _listening(tmp_path: Path) -> AsyncIterator[int]:
+    """A broker's listener with connections.max.idle.ms = IDLE_MS; its port."""
+    broker = Broker(BrokerConfig({"log.dirs": str(tmp_path), "node.id": "0",
+                                  "listeners": "PLAINTEXT://127.0.0.1:0",
+                                  "connections.max.idle.ms": str(IDLE_MS)}))
+    broker.load()
+    listener = Listener(broker)
+    [(_, port)] = await listener.start()
+    try:
+        yield port
+    finally:
+        await listener.stop()
+        broker.close()
+
+
 async def _answer(reader: asyncio.StreamReader) -> int:
     (size,) = struct.unpack(">i", await reader.readexactly(4))
     body = await reader.readexactly(size)
@@ -33,13 +51,7 @@ async def _answer(reader: asyncio.StreamReader) -> int:
 
 def test_idle_connections_close_and_busy_ones_stay(tmp_path: Path) -> None:
     async def main() -> None:
-        broker = Broker(BrokerConfig({"log.dirs": str(tmp_path), "node.id": "0",
-                                      "listeners": "PLAINTEXT://127.0.0.1:0",
-                                      "connections.max.idle.ms": str(IDLE_MS)}))
-        broker.load()
-        listener = Listener(broker)
-        [(_, port)] = await listener.start()
-        try:
+        async with _listening(tmp_path) as port:
             quiet_r, quiet_w = await asyncio.open_connection("127.0.0.1", port)
             busy_r, busy_w = await asyncio.open_connection("127.0.0.1", port)
             start = time.monotonic()
@@ -59,22 +71,13 @@ def test_idle_connections_close_and_busy_ones_stay(tmp_path: Path) -> None:
             assert time.monotonic() - start >= 0.9  # the busy phase really ran
             for w in (quiet_w, busy_w):
                 w.close()
-        finally:
-            await listener.stop()
-            broker.close()
 
     asyncio.run(main())
 
 
 def test_an_idle_connection_closes_on_time(tmp_path: Path) -> None:
     async def main() -> None:
-        broker = Broker(BrokerConfig({"log.dirs": str(tmp_path), "node.id": "0",
-                                      "listeners": "PLAINTEXT://127.0.0.1:0",
-                                      "connections.max.idle.ms": str(IDLE_MS)}))
-        broker.load()
-        listener = Listener(broker)
-        [(_, port)] = await listener.start()
-        try:
+        async with _listening(tmp_path) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(_api_versions(7))
             await writer.drain()
@@ -84,8 +87,5 @@ def test_an_idle_connection_closes_on_time(tmp_path: Path) -> None:
             took = time.monotonic() - answered
             assert IDLE_MS / 1000 - 0.15 <= took <= IDLE_MS / 1000 + 1.0, took
             writer.close()
-        finally:
-            await listener.stop()
-            broker.close()
 
     asyncio.run(main())
