@@ -58,7 +58,10 @@ def txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
 def read_all(bootstrap: str, topic: str, isolation: str, expect_end: bool = True,
              timeout: float = 30) -> list[bytes]:
     """Every value of `topic` as `isolation` sees it, reading until each partition's
-    position reaches the end offset (the LSO for read_committed)."""
+    position reaches the end offset (the LSO for read_committed). With
+    `expect_end=False` it returns at the first 0.2 s without a record: only for reads
+    that must see nothing, since one partition's first fetch may come a
+    fetch.wait.max.ms after another's."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
                   "isolation.level": isolation, "enable.auto.commit": False,
                   "auto.offset.reset": "earliest"})
