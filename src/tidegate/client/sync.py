@@ -60,7 +60,18 @@ class Consumer:
         # Rebalance callbacks run on the thread that polls (consumer/blocking.py).
         self._pump = CallbackPump()
 
+    def start(self) -> None:
+        """Connect to the cluster now (optional: `poll` starts the consumer). Entering
+        ``with Consumer(...)`` calls it, as ``async with AsyncConsumer(...)`` does, so a
+        first poll finds the connection and the metadata ready."""
+        self._loop.run(self._async.start())
+
     def __enter__(self) -> Consumer:
+        try:
+            self.start()
+        except BaseException:
+            self.close()  # __exit__ will not run: stop the loop thread here
+            raise
         return self
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
