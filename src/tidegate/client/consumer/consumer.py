@@ -34,7 +34,7 @@ from typing import TypeVar
 
 from tidegate.client.config import ConsumerConfig
 from tidegate.client.consumer.columns import COLUMNAR, ColumnSlice, PartitionColumns
-from tidegate.client.consumer.fetcher import Fetcher
+from tidegate.client.consumer.fetcher import FETCH, Fetcher
 from tidegate.client.consumer.group import (  # consumer groups
     CommitCallback,
     ConsumerCoordinator,
@@ -46,7 +46,9 @@ from tidegate.client.consumer.state import Assignment, PartitionRecords
 from tidegate.client.errors import ClientClosedError
 from tidegate.client.metadata import MetadataClient
 from tidegate.client.net import NetworkClient
+from tidegate.client.offsets import LIST_OFFSETS
 from tidegate.client.types import ConsumerRecord, TopicPartition
+from tidegate.protocol.messages import load_codecs
 from tidegate.records.record import Record
 
 __all__ = ["AsyncConsumer", "PartitionLike", "TopicsLike"]
@@ -96,6 +98,11 @@ class AsyncConsumer(ConsumerPositions):
         """Connect to the cluster (optional: poll starts the consumer)."""
         self._started()
         await self._metadata.refresh()
+        # the codecs of what polling sends, loaded here rather than in the first poll
+        conn = await self._net.any_connection()
+        for api_key in (FETCH, LIST_OFFSETS):
+            if api_key in conn.versions:
+                load_codecs(api_key, conn.versions[api_key])
 
     def _started(self) -> Fetcher:
         if self._closed:
