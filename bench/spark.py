@@ -22,10 +22,12 @@ confluent-kafka.
    timed around the action, with the tasks' Arrow batches (the default), with
    ``maxPartitions=2`` (the 4 partitions packed into 2 tasks, one per core: `--pack N`
    changes it), with ``columnarDecode=false`` (Arrow batches built from record objects,
-   as before the columnar decode) and with ``arrowBatches=false`` (rows); beside
-   one Tidegate blocking `Consumer` (read_committed, manual assignment, max.poll.records
-   10,000, the source's task settings) reading the same records. One untimed Spark read
-   first, then rounds alternate the order of the five. Aim: format(tidegate) >= 0.8 x
+   as before the columnar decode), with ``arrowBatches=false`` (rows) and pruned:
+   ``.schema("value binary")``, the only column the query needs, so tasks build and
+   ship one column instead of seven; beside one Tidegate blocking `Consumer`
+   (read_committed, manual assignment, max.poll.records 10,000, the source's task
+   settings) reading the same records. One untimed Spark read first, then rounds
+   alternate the order of the six. Aim: format(tidegate) >= 0.8 x
    Consumer (median). Spark adds per-job planning and per-task scheduling, a Python
    worker and a consumer connection per task; two tasks run at once on two cores.
 
@@ -55,6 +57,8 @@ ROWS = "  rows (arrowBatches=false)"  # the row path, as before the Arrow batche
 PACKED = "  packed (maxPartitions={})"  # several partitions per task
 # Arrow batches built from record objects (columnarDecode=false), as before the columns
 OBJECTS = "  objects (columnarDecode=false)"
+# only the column the query touches, via a user-given subset schema (`source.project`)
+PRUNED = "pruned (.schema value)"
 SINK_ROWS = "  {}, rows"  # the sinks fed rows (arrowBatches=false)
 PARTITIONS = 4
 TIMEOUT_S = 600.0
@@ -119,8 +123,11 @@ def count_output(spark, bootstrap: str, topic: str) -> int:  # type: ignore[no-u
 
 
 def spark_read(spark, bootstrap: str, topic: str, rows: int,  # type: ignore[no-untyped-def]
-               arrow: bool = True, pack: int | None = None, columns: bool = True) -> float:
-    reader = (spark.read.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
+               arrow: bool = True, pack: int | None = None, columns: bool = True,
+               schema: str | None = None) -> float:
+    reader = spark.read.format("tidegate") if schema is None else \
+        spark.read.format("tidegate").schema(schema)
+    reader = (reader.option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topic).option("arrowBatches", str(arrow).lower())
               .option("columnarDecode", str(columns).lower()))
     if pack is not None:
@@ -207,8 +214,8 @@ def run(args: argparse.Namespace) -> None:
                         out = f"bench-out-{rnd}-{modes.index(mode)}"
                         counts.append(count_output(spark, broker.bootstrap, out))
             packed = PACKED.format(args.pack)
-            reads: dict[str, list[float]] = {"format(tidegate)": [], OBJECTS: [], packed: [],
-                                             ROWS: [], "tidegate Consumer": []}
+            reads: dict[str, list[float]] = {"format(tidegate)": [], PRUNED: [], OBJECTS: [],
+                                             packed: [], ROWS: [], "tidegate Consumer": []}
             t_warm = time.perf_counter()
             spark_read(spark, broker.bootstrap, src, args.rows)  # untimed warm-up
             warm_s["untimed warm-up read"] = time.perf_counter() - t_warm
@@ -221,7 +228,8 @@ def run(args: argparse.Namespace) -> None:
                         rate = spark_read(spark, broker.bootstrap, src, args.rows,
                                           arrow=name != ROWS,
                                           pack=args.pack if name == packed else None,
-                                          columns=name != OBJECTS)
+                                          columns=name != OBJECTS,
+                                          schema="value binary" if name == PRUNED else None)
                     reads[name].append(rate)
         finally:
             spark.stop()
@@ -263,7 +271,7 @@ def report_reads(reads: dict[str, list[float]]) -> None:
     for name, vals in reads.items():
         ratio = med(vals) / base
         aim = f">= {READ_AIM} x Consumer: {_verdict(ratio >= READ_AIM)}" \
-            if name.strip().startswith(("format", "packed")) else ""
+            if name.strip().startswith(("format", "packed", "pruned")) else ""
         print(f"  {name + ', rows/s':30}{max(vals):>12,.0f}{med(vals):>12,.0f}"
               f"{ratio:>17.2f}   {aim}")
     for name, vals in reads.items():

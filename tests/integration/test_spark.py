@@ -172,6 +172,43 @@ def test_bad_options_fail_with_a_clear_message(spark: SparkSession,
         spark.read.format("tidegate").option("subscribe", "sp-a").load().collect()
 
 
+SUBSET = "offset long, headers array<struct<key:string,value:binary>>, value binary"
+
+
+@pytest.mark.parametrize("path", [{}, {"columnarDecode": "false"}, {"arrowBatches": "false"}],
+                         ids=["columns", "objects", "rows"])
+def test_a_subset_schema_reads_only_those_columns(
+        spark: SparkSession, sbroker: BrokerProcess,
+        committed: set[tuple[str, int, bytes]], path: dict[str, str]) -> None:
+    """.schema(...) with some of the source's columns, reordered (headers without
+    includeHeaders): those columns, with the values of a full read, on every task path."""
+    full = _reader(spark, sbroker, subscribe="sp-a,sp-b", includeHeaders="true")
+    want = sorted((r.offset, [tuple(h) for h in r.headers], bytes(r.value))
+                  for r in full.collect())
+    df = (spark.read.format("tidegate").schema(SUBSET).options(**path)
+          .option("kafka.bootstrap.servers", sbroker.bootstrap)
+          .option("subscribe", "sp-a,sp-b").load())
+    assert df.columns == ["offset", "headers", "value"]
+    got = sorted((r.offset, [tuple(h) for h in r.headers], bytes(r.value))
+                 for r in df.collect())
+    assert got == want and len(got) == len(committed)
+
+
+def test_a_schema_with_an_unknown_column_or_type_names_the_allowed_ones(
+        spark: SparkSession, sbroker: BrokerProcess) -> None:
+    def read(schema: str) -> None:
+        (spark.read.format("tidegate").schema(schema)
+         .option("kafka.bootstrap.servers", sbroker.bootstrap).option("subscribe", "sp-a")
+         .load().collect())
+
+    with pytest.raises(Exception, match=r"no column 'size'.*may only pick from key, value, "
+                                        r"topic, partition, offset, timestamp, timestampType, "
+                                        r"headers"):
+        read("value binary, size int")
+    with pytest.raises(Exception, match=r"column 'value' is binary, not string"):
+        read("value string")
+
+
 def test_batch_write_round_trips(spark: SparkSession, sbroker: BrokerProcess) -> None:
     with Admin(bootstrap_servers=sbroker.bootstrap) as admin:
         admin.create_topics([NewTopic("sp-out", 2), NewTopic("sp-out2", 1)])

@@ -26,12 +26,14 @@ at all; only the timestamp column is computed (times 1,000).
 
 The schema must be exactly the one Spark derives from `read_schema`
 (`pyspark.sql.pandas.types.to_arrow_schema`, checked on the first batch by Spark):
-`arrow_schema` builds it the same way, so the two cannot drift.
+`arrow_schema` builds it the same way, so the two cannot drift. With `select` (a read
+given a subset schema, `source.project`) only those columns are built, in that order:
+each column is a function called only when selected.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from itertools import accumulate
 
@@ -48,12 +50,20 @@ _US_PER_MS = 1000
 
 
 @cache
-def arrow_schema(include_headers: bool) -> pa.Schema:
+def arrow_schema(include_headers: bool, select: tuple[str, ...] | None = None) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
 
     from tidegate.spark.source import read_schema
 
-    return to_arrow_schema(read_schema(include_headers), timezone="UTC")
+    schema = read_schema(include_headers)
+    if select is not None:
+        schema = StructType([schema[name] for name in select])
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _batch(build: dict[str, Callable[[], pa.Array]], schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([build[name]() for name in schema.names], schema=schema)
 
 
 def _headers(records: Sequence[ConsumerRecord], list_type: pa.DataType) -> pa.Array:
@@ -90,24 +100,27 @@ def _timestamp_types(records: Sequence[ConsumerRecord]) -> pa.Array:
     return pa.array(types, pa.int32())
 
 
+def _micros(millis: pa.Array) -> pa.Array:
+    return pc.multiply(millis, _US_PER_MS).cast(arrow_schema(False).field("timestamp").type)
+
+
 def records_to_batch(topic: str, partition: int, records: Sequence[ConsumerRecord],
-                     include_headers: bool) -> pa.RecordBatch:
-    """One batch of `records` (all of `topic`-`partition`), in the read schema."""
-    schema = arrow_schema(include_headers)
+                     include_headers: bool, select: tuple[str, ...] | None = None
+                     ) -> pa.RecordBatch:
+    """One batch of `records` (all of `topic`-`partition`), in the read schema (only
+    the `select` columns, in that order, when given)."""
+    schema = arrow_schema(include_headers, select)
     n = len(records)
-    millis = pa.array([r.timestamp for r in records], pa.int64())
-    columns = [
-        pa.array([r.key for r in records], pa.binary()),
-        pa.array([r.value for r in records], pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        _offsets(records),
-        pc.multiply(millis, _US_PER_MS).cast(schema.field("timestamp").type),
-        _timestamp_types(records),
-    ]
-    if include_headers:
-        columns.append(_headers(records, schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return _batch({
+        "key": lambda: pa.array([r.key for r in records], pa.binary()),
+        "value": lambda: pa.array([r.value for r in records], pa.binary()),
+        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), n),
+        "partition": lambda: pa.repeat(pa.scalar(partition, pa.int32()), n),
+        "offset": lambda: _offsets(records),
+        "timestamp": lambda: _micros(pa.array([r.timestamp for r in records], pa.int64())),
+        "timestampType": lambda: _timestamp_types(records),
+        "headers": lambda: _headers(records, schema.field("headers").type),
+    }, schema)
 
 
 def _binary(col: BinaryColumn, n: int) -> pa.Array:
@@ -121,36 +134,38 @@ def _fixed(type_: pa.DataType, n: int, data: bytes) -> pa.Array:
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(data)], null_count=0)
 
 
+def _column_headers(chunk: ColumnSlice, list_type: pa.DataType) -> pa.Array:
+    cols = chunk.columns
+    assert cols.headers is not None, "the consumer decoded no headers"
+    list_offsets, count, key_offsets, key_data, values = cols.headers
+    keys = pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(key_offsets),
+                                                       pa.py_buffer(key_data)],
+                                 null_count=0)
+    keys.validate(full=True)  # header keys must be UTF-8 to be Arrow strings
+    items = pa.StructArray.from_arrays([keys, _binary(values, count)],
+                                       fields=list(list_type.value_type))
+    return pa.ListArray.from_arrays(_fixed(pa.int32(), cols.n + 1, list_offsets), items,
+                                    type=list_type)
+
+
 def columns_to_batch(topic: str, partition: int, chunk: ColumnSlice,
-                     include_headers: bool) -> pa.RecordBatch:
+                     include_headers: bool, select: tuple[str, ...] | None = None
+                     ) -> pa.RecordBatch:
     """`records_to_batch` of rows ``[chunk.start, chunk.stop)`` of a consumer's column
     buffers: the whole decoded fetch is wrapped, then sliced (no copy)."""
-    schema = arrow_schema(include_headers)
+    schema = arrow_schema(include_headers, select)
     cols = chunk.columns
     n = cols.n
-    millis = _fixed(pa.int64(), n, cols.timestamps)
-    columns = [
-        _binary(cols.key, n),
-        _binary(cols.value, n),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        _fixed(pa.int64(), n, cols.offsets),
-        pc.multiply(millis, _US_PER_MS).cast(schema.field("timestamp").type),
-        _fixed(pa.int32(), n, cols.timestamp_types),
-    ]
-    if include_headers:
-        assert cols.headers is not None, "the consumer decoded no headers"
-        list_offsets, count, key_offsets, key_data, values = cols.headers
-        keys = pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(key_offsets),
-                                                           pa.py_buffer(key_data)],
-                                     null_count=0)
-        keys.validate(full=True)  # header keys must be UTF-8 to be Arrow strings
-        list_type = schema.field("headers").type
-        items = pa.StructArray.from_arrays([keys, _binary(values, count)],
-                                           fields=list(list_type.value_type))
-        columns.append(pa.ListArray.from_arrays(
-            _fixed(pa.int32(), n + 1, list_offsets), items, type=list_type))
-    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+    batch = _batch({
+        "key": lambda: _binary(cols.key, n),
+        "value": lambda: _binary(cols.value, n),
+        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), n),
+        "partition": lambda: pa.repeat(pa.scalar(partition, pa.int32()), n),
+        "offset": lambda: _fixed(pa.int64(), n, cols.offsets),
+        "timestamp": lambda: _micros(_fixed(pa.int64(), n, cols.timestamps)),
+        "timestampType": lambda: _fixed(pa.int32(), n, cols.timestamp_types),
+        "headers": lambda: _column_headers(chunk, schema.field("headers").type),
+    }, schema)
     if chunk.start == 0 and chunk.stop == n:
         return batch
     return batch.slice(chunk.start, chunk.stop - chunk.start)

@@ -209,6 +209,9 @@ class ReadOptions:
     # buffers (C extension `records._columnar`, when built); false (Tidegate's own
     # ``columnarDecode``) makes record objects first, as before. Same rows either way.
     columnar_decode: bool = True
+    # The columns tasks produce, in order, when the user gave a subset of the read
+    # schema with .schema(...) (`source.project`); None: all of them.
+    select: tuple[str, ...] | None = None
 
     @property
     def consumer_config(self) -> dict[str, object]:

@@ -64,7 +64,8 @@ class RangePartition(InputPartition):
 
     def __init__(self, rng: OffsetRange, consumer_config: dict[str, object],
                  include_headers: bool, fail_on_data_loss: bool, poll_timeout_ms: int,
-                 arrow: bool = True, columns: bool = True) -> None:
+                 arrow: bool = True, columns: bool = True,
+                 select: tuple[str, ...] | None = None) -> None:
         self.rng = rng
         self.consumer_config = consumer_config
         self.include_headers = include_headers
@@ -72,6 +73,7 @@ class RangePartition(InputPartition):
         self.poll_timeout_ms = poll_timeout_ms
         self.arrow = arrow  # yield Arrow record batches (else rows)
         self.columns = columns  # with arrow: decode into columns when COLUMNAR
+        self.select = select  # the columns to produce, in order (None: all)
 
     def __repr__(self) -> str:
         r = self.rng
@@ -129,6 +131,11 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
     return out
 
 
+# the row path's tuple, in the read schema's order (`source.read_schema`)
+ROW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+               "headers")
+
+
 def _timestamp(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
@@ -136,27 +143,34 @@ def _timestamp(ms: int) -> datetime:
 def read_range(part: RangePartition, consumer: Consumer | None = None) -> Iterator[Any]:
     """What a task yields: Arrow record batches (`arrow.records_to_batch`), or rows
     ``(key, value, topic, partition, offset, timestamp, timestampType[, headers])`` when
-    the read asked for ``arrowBatches=false``. Both carry the same records."""
+    the read asked for ``arrowBatches=false``. Both carry the same records, in the
+    columns of ``part.select`` when the read was given a subset schema."""
     if part.arrow and part.columns and COLUMNAR:
         from tidegate.spark.arrow import columns_to_batch
 
         r = part.rng
         for chunk in poll_range_columns(part, consumer):
-            yield columns_to_batch(r.topic, r.partition, chunk, part.include_headers)
+            yield columns_to_batch(r.topic, r.partition, chunk, part.include_headers,
+                                   part.select)
         return
     if part.arrow:
         from tidegate.spark.arrow import records_to_batch
 
         r = part.rng
         for records in poll_range(part, consumer):
-            yield records_to_batch(r.topic, r.partition, records, part.include_headers)
+            yield records_to_batch(r.topic, r.partition, records, part.include_headers,
+                                   part.select)
         return
     headers = part.include_headers
+    pick = None if part.select is None else [ROW_COLUMNS.index(c) for c in part.select]
     for records in poll_range(part, consumer):
         for rec in records:
-            row = (rec.key, rec.value, rec.topic, rec.partition, rec.offset,
-                   _timestamp(rec.timestamp), rec.timestamp_type)
-            yield (*row, list(rec.headers)) if headers else row
+            row: tuple[Any, ...] = (rec.key, rec.value, rec.topic, rec.partition,
+                                    rec.offset, _timestamp(rec.timestamp),
+                                    rec.timestamp_type)
+            if headers:
+                row = (*row, list(rec.headers))
+            yield row if pick is None else tuple(row[i] for i in pick)
 
 
 def read_group(group: RangeGroup) -> Iterator[Any]:

@@ -34,7 +34,8 @@ def make_partitions(opts: ReadOptions, ranges: list[OffsetRange]
                     ) -> list[RangePartition] | list[RangeGroup]:
     config = opts.consumer_config
     parts = [RangePartition(r, config, opts.include_headers, opts.fail_on_data_loss,
-                            opts.poll_timeout_ms, opts.arrow_batches, opts.columnar_decode)
+                            opts.poll_timeout_ms, opts.arrow_batches, opts.columnar_decode,
+                            opts.select)
              for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)]
     return pack_ranges(parts, opts.max_partitions)
 

@@ -127,7 +127,7 @@ class TidegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 out.append(RangePartition(rng, config, opts.include_headers,
                                           opts.fail_on_data_loss and known,
                                           opts.poll_timeout_ms, opts.arrow_batches,
-                                          opts.columnar_decode))
+                                          opts.columnar_decode, opts.select))
         return pack_ranges(out, opts.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

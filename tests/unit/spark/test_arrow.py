@@ -71,3 +71,44 @@ def test_an_empty_batch_has_the_schema() -> None:
     got = records_to_batch("t", 0, [], True)
     assert got.num_rows == 0
     assert got.schema.equals(arrow_schema(True))
+
+
+def test_a_selected_batch_is_the_full_batch_with_those_columns() -> None:
+    select = ("timestamp", "headers", "value")
+    got = records_to_batch("t", 3, RECORDS, True, select)
+    assert got.schema.names == list(select)
+    assert got.equals(records_to_batch("t", 3, RECORDS, True).select(list(select)))
+
+
+def test_project_keeps_the_full_schema_and_refuses_what_the_source_lacks() -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from tidegate.spark.source import project
+
+    assert project(read_schema(False), False) is None
+    assert project(read_schema(True), True) is None
+    assert project(StructType([read_schema(True)["headers"], read_schema(False)["key"]]),
+                   False) == ("headers", "key")
+    with pytest.raises(ValueError, match=r"no column 'size'.*pick from key, value"):
+        project(StructType([StructField("size", StringType())]), False)
+    with pytest.raises(ValueError, match="column 'topic' is string, not binary"):
+        project(StructType([StructField("topic", read_schema(False)["key"].dataType)]), False)
+    with pytest.raises(ValueError, match="'offset' must be nullable"):
+        project(StructType([StructField("offset", read_schema(False)["offset"].dataType,
+                                        nullable=False)]), False)
+    with pytest.raises(ValueError, match="named twice"):
+        project(StructType([read_schema(False)["key"]] * 2), False)
+
+
+def test_readers_get_the_projection_of_the_schema_spark_hands_them() -> None:
+    from pyspark.sql.types import StructType
+
+    from tidegate.spark.source import TidegateDataSource
+
+    source = TidegateDataSource({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"})
+    full = source.reader(read_schema(False))
+    assert full.opts.select is None and not full.opts.include_headers  # type: ignore[attr-defined]
+    subset = StructType([read_schema(True)["headers"], read_schema(False)["value"]])
+    for reader in (source.reader(subset), source.streamReader(subset)):
+        opts = reader.opts  # type: ignore[union-attr]
+        assert opts.select == ("headers", "value") and opts.include_headers
