@@ -317,8 +317,9 @@ class ReplicaManager:
                     and part.leadership.on_leader_progress()):
                 self._notify(part.tp)
             return
-        # clamps to the log end; also moves the LSO
-        if lg.update_high_watermark(hw) and part is not None:
+        # clamps to the log end; also moves the LSO. No fetch long-polling: nothing to
+        # wake (a flush round ends here once per log: no tuple and call per log then)
+        if lg.update_high_watermark(hw) and part is not None and self._watchers:
             self._notify(part.tp)
 
     # -- ISR changes (cluster) --------------------------------------------------------

@@ -79,7 +79,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     acks = int(req.acks)
     # partition answers by (topic name, topic id), in the request's order
     by_topic: dict[tuple[str, Any], list[PartitionProduceResponse]] = {}
-    waits: list[tuple[PartitionProduceResponse, Partition, int]] = []
+    # (answer, replica, offset to be durable, whether the group commit alone decides it)
+    waits: list[tuple[PartitionProduceResponse, Partition, int, bool]] = []
     # before any await: the order in which this request's transactional batches may be
     # appended relative to the producers' batches already waiting (txn_produce.py)
     slots = reserve_slots(broker, req)
@@ -108,7 +109,7 @@ def _failed_fsync(waited: PartitionProduceResponse, error: BaseException) -> Non
 
 async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                   by_topic: dict[tuple[str, Any], list[PartitionProduceResponse]],
-                  waits: list[tuple[PartitionProduceResponse, Partition, int]],
+                  waits: list[tuple[PartitionProduceResponse, Partition, int, bool]],
                   slots: dict[tuple[int, int], Slot]) -> Any:
     timeout = max(ms(view(req, "timeout", 30000)), 0) / 1000 or 30.0
     # ACLs (Kafka's KafkaApis): WRITE on the transactional id, else every partition
@@ -120,7 +121,7 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                   else None)
     syncs_every_write = broker.replicas.syncs_every_write
     single_node = not broker.replicas.cluster
-    space = broker.logs.space
+    wrote = False  # some batch was written: the log directory's space is not full
     for ti, topic in enumerate(req.topic_data):
         name, topic_id = resolve_topic(broker, topic)
         answers = by_topic.setdefault((name or view(topic, "name") or "", topic_id), [])
@@ -210,22 +211,27 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 continue
             finally:
                 release()  # the producer's next batch to this partition may go on
-            if not info.duplicate:  # a duplicate wrote nothing
-                space.write_succeeded()
+            wrote = wrote or not info.duplicate  # a duplicate wrote nothing
             result = PartitionProduceResponse(index, ErrorCode.none, None, info.first_offset,
                                               info.log_append_time, info.log_start_offset)
             answer(result)
             # acks=1 waits too: on one node it is acks=all (module doc). On one node with
             # a relaxed flush policy there is nothing to wait for: the append moved the
             # high watermark (ReplicaManager.after_append), and a wait would cost a Task
-            if acks != 0 and not (single_node and replica.leadership is None
-                                  and not syncs_every_write(lg)):
-                waits.append((result, replica, info.last_offset + 1))
+            if acks == 0:
+                continue
+            # (decided once per partition here, not again when the waits are registered)
+            local = single_node and replica.leadership is None
+            every_write = syncs_every_write(lg)
+            if not local or every_write:
+                waits.append((result, replica, info.last_offset + 1, local and every_write))
     # Every append is done (or refused): free the slots of batches never tried, then the
     # connection, so a pipelined Produce behind this one appends now and shares the
     # fsync this one waits for (server/listener.py). Nothing below changes state.
     for slot in slots.values():
         slot.release()
+    if wrote:  # once per request, not per partition (a check of one flag when not full)
+        broker.logs.space.write_succeeded()
     # The records are in the log: let go of the request's views of the frame, so that the
     # listener's buffer pool can reuse its buffer while this request waits on the group
     # commit (protocol/produce_request.py's drop_records)
@@ -243,10 +249,10 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
         replicas = broker.replicas
         waiter: DurableWaiter | None = None
         pending: list[Any] = []
-        answered: list[tuple[PartitionProduceResponse, Partition, int]] = []
+        answered: list[tuple[PartitionProduceResponse, Partition, int, bool]] = []
         for at, entry in enumerate(waits):
-            _, replica, offset = entry
-            if single_node and replica.leadership is None and syncs_every_write(replica.log):
+            _, replica, offset, group_commit_only = entry
+            if group_commit_only:
                 if waiter is None:
                     waiter = DurableWaiter()
                 replicas.add_durable_wait(waiter, at, replica.log, offset)
@@ -260,7 +266,7 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 await waiter.future
         outcomes = await asyncio.gather(*pending, return_exceptions=True) if pending else []
         # (the waiter's future, if gathered too, is last: its outcome is in `errors`)
-        for (waited, _, _), outcome in zip(answered, outcomes[:len(answered)], strict=True):
+        for (waited, _, _, _), outcome in zip(answered, outcomes[:len(answered)], strict=True):
             if isinstance(outcome, ErrorCode) and outcome != ErrorCode.none:
                 waited.error_code = outcome  # REQUEST_TIMED_OUT, ..._AFTER_APPEND
                 if outcome != ErrorCode.not_enough_replicas_after_append:
