@@ -28,6 +28,11 @@ during the other targets' rounds changed nothing measurable (docs/benchmarks.md)
 
     .venv/bin/python bench/produce_consume.py [--records 300000] [--partitions 3] [--rounds 3]
         [--peer auto|none|kafka,kafka-fsync] [--load auto|c|java|python] [--quick]
+        [--per-round]
+
+`--per-round` measures the fsync-per-MiB reference again before every round (the disk's
+speed varies over minutes at length) and prints each round beside it, with the broker's
+CPU split user/system, its page faults and the page cache's Dirty/Writeback.
 """
 
 from __future__ import annotations
@@ -77,8 +82,30 @@ def settle() -> None:
 
 def process_cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads) from /proc/<pid>/stat."""
+    user, system, _minflt, _majflt = process_counters(pid)
+    return user + system
+
+
+def process_counters(pid: int) -> tuple[float, float, int, int]:
+    """(user s, system s, minor faults, major faults) of a process from /proc/<pid>/stat:
+    at length a slow round shows whether the broker paid in page faults (fresh buffers,
+    mmap growth) or in kernel time (writeback throttling) rather than in Python."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    # after the ")" proc(5)'s field n is at n - 3: minflt (10), majflt (12), utime (14),
+    # stime (15)
+    return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7]), int(fields[9])
+
+
+def page_cache_mb() -> tuple[int, int]:
+    """(Dirty, Writeback) of /proc/meminfo in MB: the page cache a round leaves for the
+    kernel to write back, which throttles writers (balance_dirty_pages) above its limit."""
+    got = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("Dirty", "Writeback"):
+            got[key] = int(rest.split()[0]) // 1024
+    return got.get("Dirty", 0), got.get("Writeback", 0)
 
 
 def produce(bootstrap: str, topic: str, n: int, size: int, acks: str,
@@ -154,6 +181,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the produce modes")
     ap.add_argument("--round-trips", type=int, default=500)
     ap.add_argument("--quick", action="store_true", help="20,000 records, 1 round, 64 MB disk")
+    ap.add_argument("--per-round", action="store_true",
+                    help="print each round: the disk's fsync-per-MiB reference measured just "
+                         "before it, and the broker's CPU split, page faults and dirty pages")
     ap.add_argument("--load", default="auto", choices=("auto", *loads.LOADS),
                     help="the load generator (bench/load.py); auto: the cheapest available")
     peer_kafka.add_peer_option(ap)
@@ -209,13 +239,27 @@ def main() -> None:
                     label, acks, _config = MODES[m]
                     topic = f"bench-{m}-{r}"
                     pid = broker.proc.pid if broker.proc is not None else 0
+                    ref = None
+                    if args.per_round:  # the disk beside this round, not only at the start
+                        settle()
+                        ref = disk_bandwidth(data, args.disk_mb, sync_each=True)
                     settle()
-                    before_cpu = process_cpu_seconds(pid)
+                    before = process_counters(pid)
                     res = produce(b, topic, args.records, args.size, acks, load, args.partitions)
-                    after_cpu = process_cpu_seconds(pid)
+                    after = process_counters(pid)
+                    dirty, writeback = page_cache_mb()
+                    user, system, minflt, majflt = (x - y for x, y in zip(after, before,
+                                                                          strict=True))
                     rates[label].append(res.mb_s)
-                    cpu[label].append((after_cpu - before_cpu) / args.records * 1e6)
+                    cpu[label].append((user + system) / args.records * 1e6)
                     load_cpu[label].append(res.load_cpu_s / args.records * 1e6)
+                    if ref is not None:
+                        print(f"round {r} {label}: {res.mb_s:.0f} MB/s, disk {ref:.0f} MB/s "
+                              f"({res.mb_s / ref:.2f} x); broker us/record user "
+                              f"{user / args.records * 1e6:.2f} sys "
+                              f"{system / args.records * 1e6:.2f}; faults minor {minflt:.0f} "
+                              f"major {majflt:.0f}; after: Dirty {dirty} MB Writeback "
+                              f"{writeback} MB", flush=True)
                 for k in range(len(kafkas)):  # then Kafka, acks=all, its modes rotated too
                     mode = list(kafkas)[(r + k) % len(kafkas)]
                     settle()

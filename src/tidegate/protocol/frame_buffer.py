@@ -60,14 +60,18 @@ class BufferPool:
 
     `give` takes a buffer as its frame is handed on (still in use); `take(size)` returns
     one no longer exported whose length is between `size` and twice it, or a new one.
-    Single-threaded: one pool per event loop."""
+    Single-threaded: one pool per event loop. `hits` / `misses` count the takes served
+    from the pool and those that allocated (a miss is a zeroed buffer the kernel faults
+    in page by page): two integer additions per big frame, kept to explain a slow run."""
 
-    __slots__ = ("_bufs", "_bytes", "max_bytes")
+    __slots__ = ("_bufs", "_bytes", "hits", "max_bytes", "misses")
 
     def __init__(self, max_bytes: int = 32 << 20) -> None:
         self.max_bytes = max_bytes
         self._bufs: list[bytearray] = []
         self._bytes = 0
+        self.hits = 0
+        self.misses = 0
 
     def take(self, size: int) -> bytearray:
         bufs = self._bufs
@@ -76,7 +80,9 @@ class BufferPool:
             if size <= n <= 2 * size and _unexported(buf):
                 del bufs[i]
                 self._bytes -= n
+                self.hits += 1
                 return buf
+        self.misses += 1
         return bytearray(size)
 
     def give(self, buf: bytearray) -> None:

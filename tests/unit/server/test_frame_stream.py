@@ -141,8 +141,10 @@ def test_pool_keeps_at_most_its_bytes_and_skips_exported_buffers() -> None:
     view = memoryview(a)[:10]
     pool.give(a)
     assert pool.take(BIG_FRAME) is not a  # still exported
+    assert (pool.hits, pool.misses) == (0, 2)
     del view
     assert pool.take(BIG_FRAME) is a
+    assert (pool.hits, pool.misses) == (1, 2)
     assert pool.take(BIG_FRAME * 3) is not a  # (a is out of the pool now anyway)
     bufs = [bytearray(BIG_FRAME) for _ in range(6)]
     for b in bufs:
