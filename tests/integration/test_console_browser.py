@@ -44,6 +44,7 @@ webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import (  # noqa: E402
     NoSuchElementException,
     StaleElementReferenceException,
+    WebDriverException,
 )
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -200,9 +201,23 @@ def _submit(driver: Any, css: str) -> None:
 
     A click returns before the navigation it starts: reading the page straight after it
     can read the old page (its `main` is still there), so wait for the old root to go stale.
+    The live refresh may swap the button out between finding and clicking it (stale
+    element, or chromedriver's "Node with given id does not belong to the document"): find
+    it again then.
     """
-    old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.CSS_SELECTOR, css).click()
+    for attempt in range(10):
+        old = driver.find_element(By.TAG_NAME, "html")
+        try:
+            driver.find_element(By.CSS_SELECTOR, css).click()
+            break
+        except StaleElementReferenceException:
+            pass
+        except WebDriverException as e:
+            if "does not belong to the document" not in str(e):
+                raise
+        if attempt == 9:
+            raise AssertionError(f"{css} kept being replaced before it could be clicked")
+        time.sleep(0.1)
     WebDriverWait(driver, 15).until(staleness_of(old))
 
 
