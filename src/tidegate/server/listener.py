@@ -42,7 +42,6 @@ and its next request waits until the throttle time is over (Kafka's mute, KIP-21
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import socket
@@ -67,6 +66,7 @@ from tidegate.protocol.messages import (
     response_class,
 )
 from tidegate.protocol.sasl import SaslState
+from tidegate.server.answer_queue import AnswerQueue
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.dispatch import Api
@@ -79,50 +79,6 @@ from tidegate.server.security import ListenerSecurityRuntime, Session
 log = logging.getLogger(__name__)
 
 _CLOSE = object()
-
-
-class _Answers:
-    """The answers due on a connection, in request order: what `asyncio.Queue` did for
-    the write loop, as a deque and one waiter on each side (one reader puts, one writer
-    takes). A Queue's get and put go through its getter/putter deques, a future per
-    wait and `_wakeup_next` scans; with three requests per one-record transaction each
-    answered on its own, that was a measurable part of the listener's share of the loop.
-    `limit` is `queued.max.requests`: `put` waits while that many are unanswered."""
-
-    __slots__ = ("getter", "items", "limit", "loop", "putter")
-
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.items: collections.deque[Any] = collections.deque()
-        self.limit = limit
-        self.getter: asyncio.Future[None] | None = None
-        self.putter: asyncio.Future[None] | None = None
-        self.loop = loop
-
-    def full(self) -> bool:
-        return len(self.items) >= self.limit
-
-    def put_nowait(self, item: Any) -> None:
-        self.items.append(item)
-        getter = self.getter
-        if getter is not None and not getter.done():
-            getter.set_result(None)
-
-    async def put(self, item: Any) -> None:
-        while len(self.items) >= self.limit:
-            putter = self.putter = self.loop.create_future()
-            await putter
-        self.put_nowait(item)
-
-    async def get(self) -> Any:
-        items = self.items
-        while not items:
-            getter = self.getter = self.loop.create_future()
-            await getter
-        item = items.popleft()
-        putter = self.putter
-        if putter is not None and not putter.done():
-            putter.set_result(None)  # a slot is free: the reader may read on
-        return item
 
 
 _I32 = struct.Struct(">i")
@@ -156,7 +112,7 @@ class Connection:
         # loop up (and ensure_future checks its argument's type) on every call.
         self.loop = asyncio.get_running_loop()
         limit = broker.config.get_int("queued.max.requests", 500) or 500
-        self.pending = _Answers(limit, self.loop)
+        self.pending = AnswerQueue(limit, self.loop)
         # connections.max.idle.ms: when the current wait for data began (None while
         # requests are being read), the connection's one idle timer, and whether it
         # found the connection idle (`_wait_or_idle`)

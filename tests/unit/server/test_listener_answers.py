@@ -1,16 +1,16 @@
-"""The listener's answer queue (`_Answers`): request order, and `queued.max.requests`
+"""The listener's answer queue (`server/answer_queue.py`): request order, and `queued.max.requests`
 as the bound at which the reader's `put` waits for the writer."""
 
 from __future__ import annotations
 
 import asyncio
 
-from tidegate.server.listener import _Answers
+from tidegate.server.answer_queue import AnswerQueue
 
 
 def test_answers_keep_order_and_wake_the_waiting_writer() -> None:
     async def go() -> None:
-        answers = _Answers(10, asyncio.get_running_loop())
+        answers = AnswerQueue(10, asyncio.get_running_loop())
         got = asyncio.ensure_future(answers.get())
         await asyncio.sleep(0)
         assert not got.done()  # nothing queued: the writer waits
@@ -24,7 +24,7 @@ def test_answers_keep_order_and_wake_the_waiting_writer() -> None:
 
 def test_put_waits_while_the_limit_is_unanswered() -> None:
     async def go() -> None:
-        answers = _Answers(2, asyncio.get_running_loop())
+        answers = AnswerQueue(2, asyncio.get_running_loop())
         await answers.put(1)
         await answers.put(2)
         assert answers.full()
