@@ -76,3 +76,32 @@ def test_blocking_call_from_the_loop_thread_is_refused() -> None:
         assert loop.run(inner()) == "ok"
     finally:
         loop.stop()
+
+
+def test_with_consumer_connects_on_entry(broker: FakeBroker) -> None:
+    """Entering ``with Consumer(...)`` fetches the metadata before any poll, as
+    ``async with AsyncConsumer(...)`` does."""
+    before = len(broker.requests)
+    with Consumer(bootstrap_servers=broker.bootstrap) as c:
+        sent = {api for api, _ in broker.requests[before:]}
+        assert 3 in sent  # Metadata, before any poll
+        assert c.assignment() == set()
+
+
+def test_with_consumer_on_a_dead_bootstrap_fails_at_entry() -> None:
+    """An unreachable bootstrap fails on entry (not at the first poll), and leaves no
+    loop thread behind (``__exit__`` does not run when ``__enter__`` raises)."""
+    import socket
+
+    from tidegate.common.errors import KafkaError
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    threads = threading.active_count()
+    entered = False
+    with (pytest.raises(KafkaError, match="cannot reach"),
+          Consumer(bootstrap_servers=f"127.0.0.1:{port}")):
+        entered = True
+    assert not entered
+    assert threading.active_count() == threads

@@ -92,9 +92,25 @@ def test_header_parser_never_crashes(raw: bytes) -> None:
 @given(
     st.sampled_from([(0, 9), (1, 12), (3, 12), (2, 7), (19, 7), (32, 4)]), st.binary(max_size=200)
 )
-@settings(max_examples=300)
+# no deadline: an API's first example imports its kio schema (0.4 s on a loaded machine)
+@settings(max_examples=300, deadline=None)
 def test_request_decoder_only_raises_decode_error(api: tuple[int, int], body: bytes) -> None:
     try:
         decode(request_class(*api), body)
     except DecodeError:
         pass
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(1, 12), (1, 17), (2, 7)])
+def test_load_codecs_builds_what_the_first_request_needs(api_key: int, version: int) -> None:
+    """`load_codecs` (called by a consumer's start) leaves the request's writer and the
+    response's reader cached, so the first Fetch / ListOffsets builds neither."""
+    from tidegate.protocol import messages
+
+    messages.load_codecs(api_key, version)
+    writer_misses = messages._writer.cache_info().misses
+    reader_misses = messages._reader.cache_info().misses
+    messages._writer(request_class(api_key, version))
+    messages._reader(response_class(api_key, version))
+    assert messages._writer.cache_info().misses == writer_misses
+    assert messages._reader.cache_info().misses == reader_misses

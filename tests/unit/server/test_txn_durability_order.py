@@ -232,7 +232,7 @@ def test_coordinator_records_take_the_broker_built_path_and_reload_alike(
 
         tc = b.txn_coordinator
         try:
-            state.append = client_path  # type: ignore[method-assign]
+            state.append = client_path  # type: ignore[method-assign,assignment]
             await _add_and_produce(b, pid, epoch)
             await _commit(b, pid, epoch)
             for _ in range(200):

@@ -10,6 +10,7 @@ fsyncs come back (the cost that made a start after kill -9 slow at 10,000 partit
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
@@ -56,7 +57,8 @@ def test_torn_tail_is_cut_before_sync_checkpoint_and_use(
     whole = len(batch(3))
     assert seg.stat().st_size == whole + 40
     events: list[str] = []
-    real_sync, real_checkpoint = files.sync_filesystem, log_manager_jobs.write_offset_checkpoint
+    real_sync = files.sync_filesystem
+    real_checkpoint = log_manager_jobs.write_offset_checkpoint  # type: ignore[attr-defined]
 
     def sync(d: Path) -> None:
         # recovery has already cut the torn tail when the sync makes it durable
@@ -99,8 +101,12 @@ def test_load_makes_no_fsync_per_partition(
     synced: list[Path] = []
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "fdatasync", fdatasync)
-    monkeypatch.setattr(log_manager_loading, "sync_filesystem",
-                        lambda d: (synced.append(d), files.sync_filesystem(d)))
+
+    def sync_and_note(d: Path) -> None:
+        synced.append(d)
+        files.sync_filesystem(d)
+
+    monkeypatch.setattr(log_manager_loading, "sync_filesystem", sync_and_note)
     m = LogManager(tmp_path, DEFAULTS, ManualClock(BASE_TS), recovery_threads=4)
     m.load()
     # every partition was recovered (CRC-checked, txn index rebuilt, snapshot written),
@@ -118,7 +124,7 @@ def test_sync_filesystem_failure_is_raised(tmp_path: Path, monkeypatch: pytest.M
     """A file system that cannot write back (EIO) fails the start, as a failed fsync would:
     serving repaired data that may not be durable is not an option."""
     monkeypatch.setattr(files, "_libc_syncfs", lambda: (lambda _fd: -1))
-    monkeypatch.setattr(files.ctypes, "get_errno", lambda: 5)
+    monkeypatch.setattr(ctypes, "get_errno", lambda: 5)
     with pytest.raises(OSError, match="syncfs"):
         files.sync_filesystem(tmp_path)
 
