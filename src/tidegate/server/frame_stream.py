@@ -203,6 +203,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         else:
             tr.writelines(out)
 
+    def write_paused(self) -> bool:
+        """The transport's buffer is above its high-water mark: `drain` would wait."""
+        return self._write_paused
+
     async def drain(self) -> None:
         """As StreamWriter's; answers queued by `write` reach the transport at the end
         of this pass of the loop, so a pause they cause is seen by the next drain."""

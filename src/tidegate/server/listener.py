@@ -45,7 +45,6 @@ import asyncio
 import functools
 import logging
 import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -61,7 +60,6 @@ from tidegate.protocol.messages import (
     DecodeError,
     build,
     decode,
-    encode,
     request_class,
     response_class,
 )
@@ -77,11 +75,6 @@ from tidegate.server.quotas.throttle import Mute, run_throttled
 from tidegate.server.security import ListenerSecurityRuntime, Session
 
 log = logging.getLogger(__name__)
-
-_CLOSE = object()
-
-
-_I32 = struct.Struct(">i")
 
 
 class ProtocolViolation(Exception):
@@ -112,7 +105,7 @@ class Connection:
         # loop up (and ensure_future checks its argument's type) on every call.
         self.loop = asyncio.get_running_loop()
         limit = broker.config.get_int("queued.max.requests", 500) or 500
-        self.pending = AnswerQueue(limit, self.loop)
+        self.pending = AnswerQueue(limit, self.loop, self)  # writes the answers too
         # connections.max.idle.ms: when the current wait for data began (None while
         # requests are being read), the connection's one idle timer, and whether it
         # found the connection idle (`_wait_or_idle`)
@@ -127,7 +120,6 @@ class Connection:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        writer_task = asyncio.create_task(self._write_loop())
         idle = (self.broker.config.get_int("connections.max.idle.ms", 600000) or 600000) / 1000
         stream = self.reader
         try:
@@ -158,11 +150,7 @@ class Connection:
             self.closed = True
             if self.idle_timer is not None:
                 self.idle_timer.cancel()
-            await self.pending.put(_CLOSE)
-            try:
-                await writer_task
-            except Exception:  # pragma: no cover - defensive
-                log.exception("connection writer failed for %s", self.peer)
+            await self.pending.close()  # the answers due are written first
             self.writer.close()
 
     async def _wait_or_idle(self, idle: float) -> bool:
@@ -281,6 +269,7 @@ class Connection:
 
         session.raw_tokens = False  # until this token is answered (clients wait)
         task: asyncio.Task[bytes | None] = asyncio.ensure_future(run())
+        task.add_done_callback(self.pending.task_done)
         self.pending.put_nowait((None, False, task))
 
     def _gate(self, api_key: int) -> list[asyncio.Future[Any]]:
@@ -332,49 +321,10 @@ class Connection:
         if not released.done():
             released.set_result(None)
         if not task.cancelled() and task.exception() is not None:
-            # The write loop logs it and closes the connection when its answer is due;
-            # the requests behind it answer nothing and run no handler.
+            # The answer queue logs it and closes the connection when its answer is
+            # due; the requests behind it answer nothing and run no handler.
             self.failed = True
-
-    async def _write_loop(self) -> None:
-        while True:
-            item = await self.pending.get()
-            if item is _CLOSE:
-                return
-            correlation_id, flexible, body = item
-            if isinstance(body, asyncio.Task):
-                try:
-                    body = await body
-                except Exception:
-                    log.exception("request from %s failed; closing the connection", self.peer)
-                    self.closed = True
-                    self.writer.close()
-                    return
-            if body is None:
-                if self.session is not None and self.session.close_after_answer:
-                    self._close_now()
-                    return
-                continue
-            if self.closed and self.writer.is_closing():
-                continue
-            if correlation_id is None:  # a bare SASL token (KIP-43, handshake v0)
-                raw = bytes(body)
-                data = _I32.pack(len(raw)) + raw
-            else:
-                # size, response header (v1 adds an empty tagged-field section), body:
-                # one join instead of two concatenations
-                raw = encode(body)
-                data = b"".join((_I32.pack(len(raw) + 4 + flexible), _I32.pack(correlation_id),
-                                 b"\x00" if flexible else b"", raw))
-            try:
-                self.writer.write(data)
-                await self.writer.drain()
-            except (ConnectionError, OSError):
-                self.closed = True
-                return
-            if self.session is not None and self.session.close_after_answer:
-                self._close_now()
-                return
+        self.pending.task_done(task)  # its answer is written now if it is the head
 
     def _close_now(self) -> None:
         """A failed SASL exchange: its error is written; nothing more is read or run."""
