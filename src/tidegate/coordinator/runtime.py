@@ -72,6 +72,7 @@ __all__ = [
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
     "CoordinatorRuntime",
+    "KnownRecord",
     "LoadStats",
     "LoggedRecord",
     "NotCoordinatorError",
@@ -124,12 +125,26 @@ class ReplayRecord(Protocol):
     def value(self) -> bytes | None: ...
 
 
+class KnownRecord(tuple[bytes, bytes | None]):
+    """A `Record` whose builder knows what it decodes to (`known`, the shard's own
+    form): replay then uses that instead of decoding the bytes it was just given. Only
+    for records the operation itself built; loading always decodes."""
+
+    known: object
+
+    def __new__(cls, key: bytes, value: bytes | None, known: object) -> KnownRecord:
+        self = super().__new__(cls, (key, value))
+        self.known = known
+        return self
+
+
 class LoggedRecord(NamedTuple):
-    """A record just appended by an operation."""
+    """A record just appended by an operation; `known` as `KnownRecord`'s, else None."""
 
     offset: int
     key: bytes | None
     value: bytes | None
+    known: object = None
 
 
 class Shard(Protocol):
@@ -371,8 +386,9 @@ class CoordinatorRuntime(Generic[S]):
             else lg.append(data, now_ms=now, leader_epoch=self.leader_epochs.get(partition))),
             rejectable=txn)
         try:
-            shard.replay([LoggedRecord(info.first_offset + i, key, value)
-                          for i, (key, value) in enumerate(result.records)],
+            shard.replay([LoggedRecord(info.first_offset + i, rec[0], rec[1],
+                                       rec.known if type(rec) is KnownRecord else None)
+                          for i, rec in enumerate(result.records)],
                          pid if txn else -1, epoch if txn else -1, txn)
         except Exception as e:
             raise self._failed(partition, e) from e

@@ -2,7 +2,8 @@
 
 `TxnMetadata` is frozen: operations build the metadata a record should describe
 (`dataclasses.replace`), encode it with `to_record`, and `TxnShard.replay` installs the
-decoded result. `from_log_value` is the single place a stored value becomes metadata,
+decoded result (the value `to_record` encoded, when it can tell: `KnownRecord`).
+`from_log_value` is the single place a stored value becomes metadata,
 so the live path and a load agree by construction.
 
 Invariants: `partitions` is empty in Empty; `prepare_offset` is the offset of the
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidegate.coordinator.runtime import Record
+from tidegate.coordinator.runtime import KnownRecord, Record
 from tidegate.coordinator.txn.states import TxnState
 from tidegate.protocol.txn_records import TxnLogValue, encode_txn_key, encode_txn_value
 
@@ -95,8 +96,16 @@ class TxnMetadata:
         )
 
     def to_record(self, value_version: int) -> Record:
-        return encode_txn_key(self.transactional_id), encode_txn_value(self.to_value(),
-                                                                       value_version)
+        """The key and value; at value version 1 a `KnownRecord` whose `known` is
+        `(transactional_id, value)`, what decoding them gives (a v1 value round-trips
+        exactly; tests/unit/coordinator/test_txn_known_records.py), so replay skips the
+        decode. A v0 value drops the v1 tags: replay decodes it."""
+        value = self.to_value()
+        key = encode_txn_key(self.transactional_id)
+        raw = encode_txn_value(value, value_version)
+        if value_version != 1:
+            return key, raw
+        return KnownRecord(key, raw, (self.transactional_id, value))
 
 
 def from_log_value(txn_id: str, v: TxnLogValue, prev: TxnMetadata | None,

@@ -25,13 +25,15 @@ records; a full run reschedules its timer at once so the shell polls again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
-from tidegate.coordinator.runtime import ReplayRecord, Result
+from tidegate.coordinator.runtime import LoggedRecord, ReplayRecord, Result
 from tidegate.coordinator.timers import DeadlineQueue
 from tidegate.coordinator.txn.config import TxnConfig
 from tidegate.coordinator.txn.model import MarkerJob, TxnMetadata, from_log_value
 from tidegate.coordinator.txn.states import TxnState, transition_to
 from tidegate.protocol.txn_records import (
+    TxnLogValue,
     UnknownTxnKeyVersion,
     decode_txn_key,
     decode_txn_value,
@@ -105,18 +107,22 @@ class TxnShard:
                producer_epoch: int = -1, transactional: bool = False) -> None:
         for r in records:
             self.end_offset = max(self.end_offset, r.offset + 1)
-            if r.key is None:
-                self.skipped_records += 1
-                continue
-            try:
-                txn_id = decode_txn_key(r.key)
-            except UnknownTxnKeyVersion:
-                self.skipped_records += 1  # Kafka's loader skips unknown keys too
-                continue
-            if r.value is None:
-                self._remove(txn_id)
-                continue
-            value = decode_txn_value(r.value)
+            known = r.known if type(r) is LoggedRecord else None
+            if known is not None:  # built by an operation just now (runtime.KnownRecord)
+                txn_id, value = cast("tuple[str, TxnLogValue]", known)
+            else:
+                if r.key is None:
+                    self.skipped_records += 1
+                    continue
+                try:
+                    txn_id = decode_txn_key(r.key)
+                except UnknownTxnKeyVersion:
+                    self.skipped_records += 1  # Kafka's loader skips unknown keys too
+                    continue
+                if r.value is None:
+                    self._remove(txn_id)
+                    continue
+                value = decode_txn_value(r.value)
             state = TxnState.from_id(value.status)
             if state is TxnState.DEAD:
                 self._remove(txn_id)
