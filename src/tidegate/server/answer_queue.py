@@ -66,7 +66,7 @@ class AnswerQueue:
         self.loop = loop
         self.conn = conn
         self.stopped = False  # nothing more is written (module docstring)
-        self.draining = False  # a task waits for the transport to drain
+        self.draining: asyncio.Task[None] | None = None  # waits for the transport to drain
         self.idle: asyncio.Future[None] | None = None  # `close` waits on it
 
     def full(self) -> bool:
@@ -102,7 +102,7 @@ class AnswerQueue:
     def pump(self) -> None:
         """Write the ready answers at the head of the queue, in order, up to the first
         not ready; stop writing where the module docstring says."""
-        if self.stopped or self.draining:
+        if self.stopped or self.draining is not None:
             return
         conn = self.conn
         writer = conn.writer
@@ -160,8 +160,7 @@ class AnswerQueue:
                 self._stop()
                 return
             if writer.write_paused():
-                self.draining = True
-                self.loop.create_task(self._drain())
+                self.draining = self.loop.create_task(self._drain())
                 return
         idle = self.idle
         if idle is not None and not idle.done():
@@ -175,7 +174,7 @@ class AnswerQueue:
             self._stop()
             return
         finally:
-            self.draining = False
+            self.draining = None
         self.pump()
 
     def _fail(self, exc: BaseException | None) -> None:
