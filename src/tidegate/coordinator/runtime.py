@@ -44,15 +44,12 @@ write, or any operation of a runtime whose operations are all pure (`pure_ops`, 
 transaction coordinator's); the partition keeps serving, and the operation's error is a
 `CoordinatorNotAvailableError` caused by the `OSError`.
 
-Which partition owns a key: `partition_for(key, n)` = `Utils.abs(key.hashCode()) % n`,
-with Java's `String.hashCode` over UTF-16 code units, as Kafka computes it, so a group
-lands on the same partition here as on a Kafka cluster with the same partition count.
+Which partition owns a key: `partition_for` (coordinator/partitioning.py, re-exported).
 """
 
 from __future__ import annotations
 
 import enum
-import functools
 import gc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -61,6 +58,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from tidegate.common.clock import Clock
 from tidegate.common.errors import ErrorCode, KafkaError, KafkaStorageError
+from tidegate.coordinator.partitioning import java_string_hash, partition_for
 from tidegate.records.builder import BatchBuilder
 from tidegate.records.control import ControlType, build_control_batch, parse_control_record
 from tidegate.records.record import iter_batches
@@ -225,26 +223,6 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-# Cached: every transactional request maps its id to a partition, several times per
-# transaction (add, end, the Produce's verification, the finish), and the hash is a
-# Python loop over the id (~12 us for a 14-character id, ~5 % of the event loop's CPU
-# per one-record transaction). Bounded: ids come from clients.
-@functools.lru_cache(maxsize=16384)
-def java_string_hash(s: str) -> int:
-    """Java's `String.hashCode()` (int32, over UTF-16 code units)."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(key: str, partitions: int) -> int:
-    """Kafka's `Utils.abs(key.hashCode) % partitions` (abs(MIN_VALUE) is 0)."""
-    h = java_string_hash(key)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
 class CoordinatorRuntime(Generic[S]):
