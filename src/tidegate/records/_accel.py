@@ -6,7 +6,8 @@ records with its `validate_records` (no objects built), `builder.py` makes its
 `RecordBuffer` (`append` in C) the base class of `BatchBuilder`, `batch.py` parses batch
 headers with its `parse_header` (the slots set directly: an eighth of the frozen
 dataclass's __init__), and `storage.validation` checks a produced batch's header, CRC
-and records with one call of its `check_batch`. Otherwise they use their own
+and records with one call of its `check_batch` and stamps its offsets with one call of
+its `stamp_header` (via `batch.stamp_header`). Otherwise they use their own
 pure-Python code, which is always kept: it is the reference the C code must match.
 Setting the environment variable ``TIDEGATE_PURE_PYTHON`` to anything but "" or "0"
 forces the pure-Python code; it is read once, at import.
@@ -29,6 +30,7 @@ __all__ = [
     "decode_records_as",
     "gc_track",
     "parse_header",
+    "stamp_header",
     "validate_records",
 ]
 
@@ -71,6 +73,11 @@ parse_header: Callable[[bytes | bytearray | memoryview, int, type], Any] | None 
 # (buf, pos, cls, scan) -> (header, validate_records' tuple or None): batch.validate_batch
 # and, for an uncompressed CreateTime batch, the scan of its records (see _speedups.pyi)
 check_batch: Callable[[bytes | bytearray | memoryview, int, type, bool], Any] | None = None
+# (buf, pos, base_offset, leader_epoch, cls) -> (bytearray head, cls instance):
+# batch.stamp_header (see _speedups.pyi)
+stamp_header: Callable[[bytes | bytearray | memoryview, int, int, int | None, type], Any] | None = (
+    None
+)
 
 if decode_records is not None:
     try:  # imported apart: an extension built from older source lacks them
@@ -81,5 +88,11 @@ if decode_records is not None:
     else:
         parse_header = _parse_header
         check_batch = _check_batch
+    try:
+        from tidegate.records._speedups import stamp_header as _stamp_header
+    except ImportError:
+        pass
+    else:
+        stamp_header = _stamp_header
 
 SPEEDUPS = decode_records is not None

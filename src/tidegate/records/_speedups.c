@@ -2042,6 +2042,111 @@ done:
     return result;
 }
 
+static inline void
+store_be(unsigned char *p, uint64_t v, int n)
+{
+    int i;
+    for (i = n - 1; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+PyDoc_STRVAR(stamp_header_doc,
+"stamp_header(buf, pos, base_offset, leader_epoch, cls, /)\n"
+"--\n"
+"\n"
+"batch.stamp_header_py in one call: a copy (bytearray) of the 61-byte batch header at\n"
+"`pos` (>= 0) of `buf` with `base_offset` (an int64) and, unless `leader_epoch` is None,\n"
+"the partition leader epoch (an int32) written in (neither is under the CRC), and that\n"
+"copy parsed as an instance of `cls` as parse_header makes it: (head, header). Raises\n"
+"CorruptRecordError as parse_header does when fewer than 61 bytes follow `pos`,\n"
+"OverflowError for an offset or epoch out of range.");
+
+static PyObject *
+stamp_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    speedups_state *st = get_state(module);
+    PyObject *head = NULL, *header = NULL, *result = NULL;
+    Py_buffer view;
+    Py_ssize_t pos;
+    long long offset;
+    long epoch = 0;
+    int has_epoch, overflow = 0;
+    unsigned char *h;
+
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError,
+                     "stamp_header() takes exactly 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "stamp_header() position must be >= 0");
+        return NULL;
+    }
+    if (!PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "stamp_header() base_offset must be an int");
+        return NULL;
+    }
+    offset = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "base_offset out of int64 range");
+        return NULL;
+    }
+    has_epoch = args[3] != Py_None;
+    if (has_epoch) {
+        if (!PyLong_Check(args[3])) {
+            PyErr_SetString(PyExc_TypeError, "stamp_header() leader_epoch must be an int");
+            return NULL;
+        }
+        epoch = PyLong_AsLongAndOverflow(args[3], &overflow);
+        if (epoch == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (overflow || epoch < INT32_MIN || epoch > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "leader_epoch out of int32 range");
+            return NULL;
+        }
+    }
+    if (header_offsets(st, args[4]) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (view.len - pos < BATCH_HEADER_SIZE) {
+        PyErr_Format(st->corrupt, "record batch header truncated: %zd bytes, need %d",
+                     view.len - pos, BATCH_HEADER_SIZE);
+        goto done;
+    }
+    head = PyByteArray_FromStringAndSize((const char *)view.buf + pos, BATCH_HEADER_SIZE);
+    if (head == NULL) {
+        goto done;
+    }
+    h = (unsigned char *)PyByteArray_AS_STRING(head);
+    store_be(h, (uint64_t)(int64_t)offset, 8);
+    if (has_epoch) {
+        store_be(h + 12, (uint64_t)(uint32_t)(int32_t)epoch, 4);
+    }
+    header = make_header(st, h);
+    if (header == NULL) {
+        goto done;
+    }
+    result = PyTuple_Pack(2, head, header);
+done:
+    Py_XDECREF(head);
+    Py_XDECREF(header);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Module                                                                                */
 /* ------------------------------------------------------------------------------------ */
@@ -2060,6 +2165,8 @@ static PyMethodDef speedups_methods[] = {
      parse_header_doc},
     {"check_batch", (PyCFunction)(void (*)(void))check_batch, METH_FASTCALL,
      check_batch_doc},
+    {"stamp_header", (PyCFunction)(void (*)(void))stamp_header, METH_FASTCALL,
+     stamp_header_doc},
     {NULL, NULL, 0, NULL},
 };
 

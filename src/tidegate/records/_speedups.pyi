@@ -36,6 +36,9 @@ def parse_header(buf: _Buffer, pos: int, cls: type[_T], /) -> _T: ...
 def check_batch(
     buf: _Buffer, pos: int, cls: type[_T], scan: bool, /
 ) -> tuple[_T, tuple[int | None, int | None, int, int] | None]: ...
+def stamp_header(
+    buf: _Buffer, pos: int, base_offset: int, leader_epoch: int | None, cls: type[_T], /
+) -> tuple[bytearray, _T]: ...
 def encode_record(
     buf: bytearray,
     offset_delta: int,

@@ -59,6 +59,7 @@ _I = struct.Struct(">I")
 _i = struct.Struct(">i")
 # C: the header's slots set directly, ~10x less than the frozen dataclass's __init__
 _parse_header_c = _accel.parse_header
+_stamp_header_c = _accel.stamp_header
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +201,39 @@ def iter_headers(buf: bytes | bytearray | memoryview, pos: int = 0) -> Iterator[
             return
         yield header
         pos += header.size
+
+
+def stamp_header(
+    buf: bytes | bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int | None
+) -> tuple[bytearray, BatchHeader]:
+    """A copy of the header at `pos` with `base_offset` (and, unless None, the leader
+    epoch) written in, and that copy parsed: what the log writes before the rest of a
+    produced batch (`storage.validation.stamp_offsets`). One C call when built."""
+    if _stamp_header_c is not None and pos >= 0:
+        stamped: tuple[bytearray, BatchHeader] = _stamp_header_c(
+            buf, pos, base_offset, leader_epoch, BatchHeader
+        )
+        return stamped
+    return stamp_header_py(buf, pos, base_offset, leader_epoch)
+
+
+def stamp_header_py(
+    buf: bytes | bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int | None
+) -> tuple[bytearray, BatchHeader]:
+    """The pure-Python `stamp_header`: the reference the C one must match."""
+    if not -(1 << 63) <= base_offset < (1 << 63):
+        raise OverflowError("base_offset out of int64 range")
+    if leader_epoch is not None and not -(1 << 31) <= leader_epoch < (1 << 31):
+        raise OverflowError("leader_epoch out of int32 range")
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"record batch header truncated: {len(buf) - pos} bytes, need {HEADER_SIZE}"
+        )
+    head = bytearray(buf[pos : pos + HEADER_SIZE])
+    set_base_offset(head, 0, base_offset)
+    if leader_epoch is not None:
+        set_partition_leader_epoch(head, 0, leader_epoch)
+    return head, parse_header_py(head)
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:

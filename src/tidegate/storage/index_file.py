@@ -83,6 +83,11 @@ class IndexFile:
     def _queue(self, encoded: bytes) -> None:
         self._pending += encoded
 
+    @property
+    def pending_bytes(self) -> int:
+        """Encoded entries queued, not yet written (the owner decides when to write)."""
+        return len(self._pending)
+
     def write_pending(self) -> None:
         """Write queued entries to the file (one write per append of the segment)."""
         if not self._pending:
