@@ -145,12 +145,18 @@ class IndexFile:
             self._closed = True
             self._file.close()
 
+    def discard_pending(self) -> None:
+        """Forget queued entries: the file is about to be unlinked (its close must not
+        write, nor fail on a full disk, for entries nobody will read)."""
+        self._pending.clear()
+
     def hold_open(self) -> None:
         """Keep the descriptor until `close`: the file is about to be unlinked."""
         if not self._closed:
             self._file.hold()
 
     def delete(self) -> None:
+        self.discard_pending()
         self.hold_open()
         try:
             os.unlink(self.path)

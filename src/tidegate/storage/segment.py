@@ -321,7 +321,10 @@ class LogSegment(SegmentLoading):
             self.time_index.hold_open()
 
     def delete_files(self) -> None:
-        """Unlink the files (descriptors stay valid until `close`)."""
+        """Unlink the files (descriptors stay valid until `close`; index entries still
+        queued are dropped, not written at `close`)."""
+        self.offset_index.discard_pending()
+        self.time_index.discard_pending()
         self.hold_open()
         paths = (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
         for path in paths:

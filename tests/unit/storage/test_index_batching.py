@@ -115,3 +115,13 @@ def test_a_start_after_a_crash_rebuilds_the_queued_entries(tmp_path: Path) -> No
         assert again.offset_for_timestamp(BASE_TS + 33) == (33, BASE_TS + 33)
     finally:
         again.close()
+
+
+def test_deleted_segments_drop_their_queued_entries(tmp_path: Path) -> None:
+    log = open_log(tmp_path, DENSE)
+    append_rising(log, 10)
+    seg = log.segments[-1]
+    assert seg.offset_index.pending_bytes and seg.time_index.pending_bytes
+    log.truncate_fully_and_start_at(100)  # deletes the segment (its files unlinked)
+    assert seg.offset_index.pending_bytes == seg.time_index.pending_bytes == 0
+    log.close()
