@@ -240,8 +240,10 @@ def test_index_write_failure_does_not_fail_an_append_already_in_the_log(
     """Disk full between the log write and the index write: the batch is in the log, so
     the append succeeds (the producer state learns it) and the producer's retry is a
     duplicate, not a second copy; the index entries are written with the next append."""
+    from tidegate.storage import segment
     from tidegate.storage.index_file import IndexFile
 
+    monkeypatch.setattr(segment, "INDEX_WRITE_BYTES", 1)  # write the entries at each append
     lg = open_log(tmp_path, LogConfig(segment_bytes=1 << 20, index_interval_bytes=1))
     lg.append(pbatch(7, 0))
     real = IndexFile.write_pending
