@@ -143,10 +143,12 @@ def produce(bootstrap: str, topic: str, n: int, size: int, txn_id: str | None,
 
 
 def one_record_txns(bootstrap: str, topic: str, txn_id: str, start_at: float,
-                    stop_at: float, partition: int) -> tuple[list[float], list[float]]:
+                    stop_at: float, partition: int
+                    ) -> tuple[list[float], list[float], float]:
     """Loop begin / produce one 1 KiB record / commit from `start_at` to `stop_at`
     (time.monotonic()); the commit_transaction() and whole-transaction latencies (ms)
-    of the transactions finished inside the window."""
+    of the transactions finished inside the window, and the CPU seconds this process
+    (the Python loop and librdkafka's threads) used in the window."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
@@ -158,6 +160,7 @@ def one_record_txns(bootstrap: str, topic: str, txn_id: str, start_at: float,
     whole: list[float] = []
     while time.monotonic() < start_at:
         time.sleep(0.001)
+    cpu_at_start = time.process_time()  # all of this process's threads (librdkafka's too)
     while True:
         t0 = time.monotonic()
         if t0 >= stop_at:
@@ -170,7 +173,7 @@ def one_record_txns(bootstrap: str, topic: str, txn_id: str, start_at: float,
         if t2 <= stop_at:
             commits.append((t2 - t1) * 1000)
             whole.append((t2 - t0) * 1000)
-    return commits, whole
+    return commits, whole, time.process_time() - cpu_at_start
 
 
 def _process_worker(queue: Any, *args: Any) -> None:
@@ -182,10 +185,12 @@ def _process_worker(queue: Any, *args: Any) -> None:
 
 def commit_round(bootstrap: str, topic: str, producers: int, partitions: int,
                  seconds: float, workers: str, rnd: int, warmup: float | None = None
-                 ) -> tuple[float, list[float], list[float]]:
-    """Aggregate commits/s of `producers` one-record transactional producers, and the
-    pooled commit_transaction() and whole-transaction latencies (ms); `warmup` seconds
-    (by default 3 + 0.3 per producer) for the clients' start before the window opens."""
+                 ) -> tuple[float, list[float], list[float], float | None]:
+    """Aggregate commits/s of `producers` one-record transactional producers, the
+    pooled commit_transaction() and whole-transaction latencies (ms), and the load
+    generator's CPU ms per commit (producer processes only: threads share one process
+    with the bench, so None); `warmup` seconds (by default 3 + 0.3 per producer) for
+    the clients' start before the window opens."""
     if warmup is None:  # client start, init_transactions, first metadata
         warmup = 3.0 + 0.3 * producers
     start_at = time.monotonic() + warmup
@@ -221,11 +226,13 @@ def commit_round(bootstrap: str, topic: str, producers: int, partitions: int,
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
         raise SystemExit(f"a transactional producer failed: {errors[0]!r}")
-    commits = [x for c, _w in results for x in c]
-    whole = [x for _c, w in results for x in w]
+    commits = [x for c, _w, _cpu in results for x in c]
+    whole = [x for _c, w, _cpu in results for x in w]
     if not commits:
         raise SystemExit("no transaction committed inside the window")
-    return len(commits) / seconds, commits, whole
+    client_ms = (None if workers == "threads"
+                 else sum(cpu for _c, _w, cpu in results) * 1000 / len(commits))
+    return len(commits) / seconds, commits, whole, client_ms
 
 
 def consume(bootstrap: str, topic: str, n: int, partitions: int, isolation: str) -> float:
@@ -284,6 +291,9 @@ class Target:
     # part 2, per round: CPU ms per commit of the Tidegate brokers' event-loop threads
     # (the one thread all requests run on: its ceiling is the broker's; None for Kafka)
     loop_cpu: list[float | None] = field(default_factory=list)
+    # part 2, per round: CPU ms per commit of the 8 producer processes (the load
+    # generator shares the 2 cores: broker + clients bound the rate; None for threads)
+    client_cpu: list[float | None] = field(default_factory=list)
     reads: dict[str, list[float]] = field(  # part 3: records/s per isolation level
         default_factory=lambda: {lv: [] for lv in ISOLATION_LEVELS})
 
@@ -340,7 +350,7 @@ def measure(args: argparse.Namespace, res: Results, where: dict[str, tuple[str, 
             (bs, brokers), out = where[t], res.targets[t]
             progress(f"round {r + 1}/{args.rounds}: one-record transactions, {TARGETS[t]}")
             before, loop_before = _cpu(brokers), _loop_cpu(brokers)
-            rate, commits, whole = commit_round(bs, "one-record", args.producers,
+            rate, commits, whole, client_ms = commit_round(bs, "one-record", args.producers,
                                                 args.partitions, args.seconds,
                                                 args.workers, r, args.warmup)
             cpu_ms = (_cpu(brokers) - before) * 1000 / len(commits)
@@ -348,6 +358,7 @@ def measure(args: argparse.Namespace, res: Results, where: dict[str, tuple[str, 
             out.loop_cpu.append(None if loop_before is None or loop_after is None
                                 else (loop_after - loop_before) * 1000 / len(commits))
             out.commit_rates.append(rate)
+            out.client_cpu.append(client_ms)
             out.commit_p.append((statistics.median(commits), pct(commits, 99),
                                  statistics.median(whole), pct(whole, 99), cpu_ms))
     for r in range(args.rounds if 3 in args.parts else 0):
@@ -501,6 +512,10 @@ def _report_commits(args: argparse.Namespace, res: Results) -> None:
     loops = {t: [x for x in out.loop_cpu if x is not None] for t, out in res.targets.items()}
     _row("  of which the event-loop thread", [f"{med(v):.2f}" if v else "-"
                                                for v in loops.values()], width=18)
+    clients = {t: [x for x in out.client_cpu if x is not None]
+               for t, out in res.targets.items()}
+    _row("producers' CPU ms per commit", [f"{med(v):.2f}" if v else "-"
+                                           for v in clients.values()], width=18)
     for t, out in res.targets.items():
         print(f"  rounds, {TARGETS[t]}, commits/s: "
               f"{', '.join(f'{x:,.0f}' for x in out.commit_rates)}")
