@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from tidegate.common.errors import InvalidConfigError
 from tidegate.storage.config_types import (
@@ -233,26 +234,30 @@ class LogConfig:
             raise InvalidConfigError(f"Unknown topic config name: {name}")
         return key.format(getattr(self, key.attr))
 
-    @property
+    # The derived values below are cached on first use (in the instance's __dict__, not
+    # a field: eq, hash and `replace` ignore them): the append path reads them per
+    # batch, and an instance never changes.
+
+    @cached_property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
 
-    @property
+    @cached_property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
 
-    @property
+    @cached_property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
-    @property
+    @cached_property
     def timestamp_before_max_ms(self) -> int:
         """Effective past limit: the deprecated difference key applies when unset."""
         if self.message_timestamp_before_max_ms == LONG_MAX:
             return self.message_timestamp_difference_max_ms
         return self.message_timestamp_before_max_ms
 
-    @property
+    @cached_property
     def timestamp_after_max_ms(self) -> int:
         if self.message_timestamp_after_max_ms == LONG_MAX:
             return self.message_timestamp_difference_max_ms

@@ -18,6 +18,7 @@ is in progress).
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Sequence
 from operator import le, lt
 from pathlib import Path
@@ -37,6 +38,9 @@ def increasing(values: Sequence[int], *, strict: bool = True) -> bool:
 
 class IndexFile:
     entry_size = 0  # set by subclasses
+    # Each entry's offset relative to the base (subclasses keep one array per column):
+    # `is_full` reads it directly, as the segment asks at every append (`should_roll`).
+    _rel: array[int]
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
         self.path = path
@@ -78,7 +82,7 @@ class IndexFile:
 
     @property
     def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+        return len(self._rel) >= self.max_entries
 
     def _queue(self, encoded: bytes) -> None:
         self._pending += encoded

@@ -91,6 +91,8 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -141,6 +143,8 @@ __all__ = ["UNVERIFIED", "AppendInfo", "FlushTicket", "Log", "remove_deleted_dir
 
 # `Log.append`'s default for `verification_guard`: no KIP-890 check (internal callers).
 UNVERIFIED: object = object()
+
+_position, _header = itemgetter(0), itemgetter(1)  # of a (position, header) pair
 
 
 # Batches replayed at open (recovery.load_producer_state) from which the producer state
@@ -354,8 +358,15 @@ class Log(TransactionalLog, ReplicaLog, TruncatingLog, CleanupLog, LifecycleLog,
         checked = validate_records(view, found, cfg, scans=scans)  # every record (record_checks)
         # LogAppendTime rewrites timestamps under the CRC: a private copy; else the
         # request's bytes are written as they are, around new headers (stamp_offsets)
+        buf: bytearray | memoryview
+        if cfg.log_append_time:
+            buf = bytearray(view)
+        elif isinstance(view, memoryview):  # the Produce handler's (read-only already)
+            buf = view if view.readonly else view.toreadonly()
+        else:
+            buf = memoryview(view).toreadonly()
         return self._append(
-            bytearray(view) if cfg.log_append_time else memoryview(view).toreadonly(),
+            buf,
             found,
             now,
             leader_epoch,
@@ -412,7 +423,7 @@ class Log(TransactionalLog, ReplicaLog, TruncatingLog, CleanupLog, LifecycleLog,
     ) -> AppendInfo:
         cfg = self._config
         log_append = cfg.log_append_time
-        positions = [p for p, _ in found]
+        positions = list(map(_position, found))
         with self._lock:
             self._check_open()
             psm = self._producers
@@ -428,7 +439,7 @@ class Log(TransactionalLog, ReplicaLog, TruncatingLog, CleanupLog, LifecycleLog,
                     if dup is not None:  # only ever the request's single batch
                         return self._duplicate(dup, log_append)
             if from_client:
-                check_timestamps([h for _, h in found], now, cfg, records)
+                check_timestamps(list(map(_header, found)), now, cfg, records)
             data: bytearray | Sequence[bytearray | memoryview]
             if log_append and not isinstance(buf, bytearray):  # the config changed since
                 buf = bytearray(buf)
@@ -452,13 +463,12 @@ class Log(TransactionalLog, ReplicaLog, TruncatingLog, CleanupLog, LifecycleLog,
             )
             seg = self._maybe_roll(len(buf), max_ts, last.last_offset, now)
             seg.append(data, headers, positions)
-            types = control_types or [None] * len(headers)
             # The batches are in the log: from here on nothing may fail the append, or
             # the log would hold batches the producer state does not know (a retry
             # written twice, a transaction open on disk but not in memory). An aborted
             # transaction's index entry is in memory at once; its file write may stay
             # pending on a full disk (`flush` writes it, and fails until it can).
-            for h, ctype in zip(headers, types):
+            for h, ctype in zip(headers, control_types or repeat(None)):
                 done = psm.update(h, now, coordinator_epoch=coordinator_epoch, control_type=ctype)
                 if done is not None and done.is_aborted:
                     stable = psm.index_stable_offset(done)

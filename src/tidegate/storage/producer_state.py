@@ -295,7 +295,7 @@ class ProducerStateManager(ProducerSnapshots):
                 f"batch at {header.base_offset} is below the producer state end "
                 f"{self._map_end_offset}: offsets not assigned, or appended out of order"
             )
-        if header.is_control and header.producer_id >= 0 and control_type is None:
+        if header.producer_id >= 0 and control_type is None and header.is_control:
             raise ValueError(f"marker at {header.base_offset} appended without its type")
         return self._apply(header, now_ms, coordinator_epoch, control_type)
 
@@ -326,7 +326,10 @@ class ProducerStateManager(ProducerSnapshots):
     ) -> CompletedTxn | None:
         self._map_end_offset = header.next_offset
         pid = header.producer_id
-        if pid < 0 or (header.is_control and header.records_count == 0):
+        if pid < 0:
+            return None
+        is_control = header.is_control
+        if is_control and header.records_count == 0:
             return None  # an empty control batch: the cleaner removed its transaction
         entry = self._producers.get(pid)
         if entry is None:
@@ -334,7 +337,7 @@ class ProducerStateManager(ProducerSnapshots):
         self.guards.on_epoch(pid, header.producer_epoch)
         entry.set_epoch(header.producer_epoch)
         entry.last_timestamp = now_ms
-        if header.is_control:
+        if is_control:
             if control_type is None:
                 return None  # not a transaction marker (logged by the reader)
             self.guards.clear(pid)

@@ -34,7 +34,6 @@ are out of range is decoded again, then, for its per-record errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import astuple
 from operator import itemgetter
 
@@ -113,30 +112,41 @@ class RecordTimestampError(RecordValidationError, InvalidTimestampError):
 class BatchRecords:
     """What record validation learned about one batch: how many records have a
     timestamp to check (0 when the topic uses LogAppendTime, which replaces them), their
-    range, and `timestamps`, each record's, decoded on first use when not already known
-    (only a batch with a timestamp out of range needs them, for its record errors)."""
+    range, and `timestamps`, each record's: given, or decoded on first use from the
+    batch's `source` (header, records section, decompression limit; the section was
+    checked already). Only a batch with a timestamp out of range needs them, for its
+    record errors. One per batch on the append path: no closure, no type checks."""
 
-    __slots__ = ("_decode", "_timestamps", "count", "max_timestamp", "min_timestamp")
+    __slots__ = ("_source", "_timestamps", "count", "max_timestamp", "min_timestamp")
 
     def __init__(
         self,
-        timestamps: list[int] | Callable[[], list[int]],
+        timestamps: list[int] | None,
         count: int,
         min_timestamp: int,
         max_timestamp: int,
+        source: tuple[BatchHeader, memoryview, int] | None = None,
     ) -> None:
         self.count = count
         self.min_timestamp = min_timestamp
         self.max_timestamp = max_timestamp
-        self._timestamps = timestamps if isinstance(timestamps, list) else None
-        self._decode = None if isinstance(timestamps, list) else timestamps
+        self._timestamps = timestamps
+        self._source = source
 
     @property
     def timestamps(self) -> list[int]:
         if self._timestamps is None:
-            assert self._decode is not None
-            self._timestamps, self._decode = self._decode(), None
+            assert self._source is not None
+            header, section, limit = self._source
+            codec = header.compression
+            raw = decompress(codec, section, max_size=limit) if codec else bytes(section)
+            self._timestamps = list(map(_timestamp, decode_record_tuples(header, raw)))
+            self._source = None
         return self._timestamps
+
+
+# A batch without timestamps to check (shared: nothing changes it)
+_NO_TIMESTAMPS = BatchRecords([], 0, -1, -1)
 
 
 def validate_records(
@@ -173,28 +183,14 @@ def validate_records(
             )
             ok = first_bad < 0 and not (compacted and null_keys)
             if ok and lo is not None and hi is not None:
-                n = max(header.records_count, 0)
-                if want_timestamps and n:
-                    decode = _timestamps_later(header, section, limit)
-                    out.append(BatchRecords(decode, n, lo, hi))
+                n = header.records_count
+                if want_timestamps and n > 0:
+                    out.append(BatchRecords(None, n, lo, hi, (header, section, limit)))
                 else:
-                    out.append(BatchRecords([], 0, -1, -1))
+                    out.append(_NO_TIMESTAMPS)
                 continue
         out.append(_decode_and_check(header, bytes(raw), compacted, want_timestamps))
     return out
-
-
-def _timestamps_later(
-    header: BatchHeader, section: memoryview, limit: int
-) -> Callable[[], list[int]]:
-    """Each record's timestamp, decoded when asked (the section was checked already)."""
-
-    def decode() -> list[int]:
-        codec = header.compression
-        raw = decompress(codec, section, max_size=limit) if codec else bytes(section)
-        return list(map(_timestamp, decode_record_tuples(header, raw)))
-
-    return decode
 
 
 def _decode_and_check(
@@ -231,4 +227,4 @@ def _decode_and_check(
     if want_timestamps and n:
         ts = list(map(_timestamp, records))
         return BatchRecords(ts, n, min(ts), max(ts))
-    return BatchRecords([], 0, -1, -1)
+    return _NO_TIMESTAMPS

@@ -134,7 +134,8 @@ class LogSegment(SegmentLoading):
 
     # -- appending ---------------------------------------------------------------------
 
-    def _index_batch(self, header: BatchHeader, position: int) -> None:
+    def _index_batch(self, header: BatchHeader, position: int) -> bool:
+        """Note an appended batch; whether it got index entries (queued)."""
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
             self.offset_of_max_timestamp = header.base_offset
@@ -143,8 +144,10 @@ class LogSegment(SegmentLoading):
         if self._bytes_since_index > self.config.index_interval_bytes:
             self.offset_index.append(header.base_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-            self._bytes_since_index = 0
+            self._bytes_since_index = header.size
+            return True
         self._bytes_since_index += header.size
+        return False
 
     def append(
         self, data: Buffer | Sequence[Buffer], headers: Sequence[BatchHeader],
@@ -166,12 +169,16 @@ class LogSegment(SegmentLoading):
             with self._file as fd:
                 i = 0
                 while i < len(pieces):
-                    n = os.pwritev(fd, pieces[i : i + IOV_MAX], pos)
+                    chunk = pieces[i : i + IOV_MAX]
+                    n = os.pwritev(fd, chunk, pos)
                     pos += n
-                    while i < len(pieces) and n >= len(pieces[i]):  # skip what was written
+                    if n == sum(map(len, chunk)):  # all of it: the usual case
+                        i += len(chunk)
+                        continue
+                    while n >= len(pieces[i]):  # a short write: skip what was written
                         n -= len(pieces[i])
                         i += 1
-                    if n:  # a short write: go on from within this piece
+                    if n:  # go on from within this piece
                         pieces[i] = pieces[i][n:]
         except OSError:
             if pos > start:
@@ -184,11 +191,17 @@ class LogSegment(SegmentLoading):
             raise
         self.size = pos
         self._dirty = True
-        for header, rel in zip(headers, positions):
-            self._index_batch(header, start + rel)
+        if len(headers) == 1:  # one batch per Produce request: no loop
+            indexed = self._index_batch(headers[0], start + positions[0])
+        else:
+            indexed = False
+            for header, rel in zip(headers, positions):
+                indexed = self._index_batch(header, start + rel) or indexed
         self.next_offset = headers[-1].next_offset
-        if (self._index_write_failed or self.offset_index.pending_bytes >= INDEX_WRITE_BYTES
-                or self.time_index.pending_bytes >= INDEX_WRITE_BYTES):
+        if self._index_write_failed or (indexed and (
+            self.offset_index.pending_bytes >= INDEX_WRITE_BYTES
+            or self.time_index.pending_bytes >= INDEX_WRITE_BYTES
+        )):
             self._write_sparse_indexes()
 
     def _write_sparse_indexes(self) -> None:
@@ -224,15 +237,17 @@ class LogSegment(SegmentLoading):
         against segment.ms), full indexes, or relative offsets overflowing int32."""
         if last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
             return True
-        if self.size == 0:
+        size = self.size
+        if size == 0:
             return False
-        if self.size > self.config.segment_bytes - incoming:
+        config = self.config
+        if size > config.segment_bytes - incoming:
             return True
         first = self.first_batch_timestamp
         waited = (
             max_timestamp - first if first is not None and first >= 0 else now_ms - self.created_ms
         )
-        if waited > self.config.segment_ms:
+        if waited > config.segment_ms:
             return True
         return self.offset_index.is_full or self.time_index.is_full
 

@@ -69,7 +69,7 @@ class SegmentLoading(SegmentReads):
 
     if TYPE_CHECKING:
 
-        def _index_batch(self, header: BatchHeader, position: int) -> None: ...
+        def _index_batch(self, header: BatchHeader, position: int) -> bool: ...  # segment.py
 
         def _write_sparse_indexes(self) -> None: ...
 

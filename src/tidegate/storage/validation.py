@@ -79,9 +79,10 @@ def validate_producer_batches(
             header = validate_batch(data, pos)
             if scans is not None:
                 scans.append(None)
-        if header.size > config.max_message_bytes:
+        size = header.size
+        if size > config.max_message_bytes:
             raise MessageTooLargeError(
-                f"record batch of {header.size} bytes exceeds max.message.bytes "
+                f"record batch of {size} bytes exceeds max.message.bytes "
                 f"({config.max_message_bytes})"
             )
         if header.is_control:
@@ -94,7 +95,7 @@ def validate_producer_batches(
                     f"producerId {header.producer_id}"
                 )
         found.append((pos, header))
-        pos += header.size
+        pos += size
     if len(found) > 1 and (single_batch or idempotent):
         raise InvalidRecordError(
             f"produce requests must contain exactly one record batch per partition, got "
