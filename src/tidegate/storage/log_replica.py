@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from tidegate.records.batch import BatchHeader, peek_size
 from tidegate.storage.errors import UnexpectedAppendOffsetError
@@ -51,13 +50,11 @@ from tidegate.storage.leader_epochs import (
     assign_from_headers,
     write_leader_epoch_checkpoint,
 )
+from tidegate.storage.log_append import AppendInfo
 from tidegate.storage.log_state import LogState
 from tidegate.storage.markers import decode_marker, is_marker_batch
 from tidegate.storage.recovery import replay_batch
 from tidegate.storage.segment import check_batch
-
-if TYPE_CHECKING:
-    from tidegate.storage.log import AppendInfo
 
 __all__ = ["ReplicaLog", "split_batches"]
 
@@ -175,8 +172,6 @@ class ReplicaLog(LogState):
         base offset above the log end is accepted, as Kafka does: the leader's compaction
         leaves such gaps. A full disk mid-way keeps the batches before the failing one
         (appended and applied) and raises; the next fetch resumes at the log end."""
-        from tidegate.storage.log import AppendInfo  # runtime: `log` imports this module
-
         view = memoryview(data).cast("B")
         found = split_batches(view)
         with self._lock:

@@ -1,7 +1,8 @@
 """`LogState`: what every part of a `Log` may use, declared once.
 
-`Log` (storage/log.py) is one class made of mixins, one per job: `log_txn`,
-`log_replica`, `log_truncation`, `log_cleanup`, `log_lifecycle`, `log_flush`. Each
+`Log` (storage/log.py) is one class made of mixins, one per job: `log_append`,
+`log_roll`, `log_read`, `log_txn`, `log_replica`, `log_truncation`, `log_cleanup`,
+`log_lifecycle`, `log_flush`. Each
 inherits this class, so mypy checks every part against the whole log's state and the
 methods the parts call on one another. Declarations only, nothing at run time:
 `Log.__init__` sets the attributes, and the method stubs (visible to the type checker
@@ -13,11 +14,12 @@ locking contract are `log`'s module docstring: every attribute here is guarded b
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidegate.common.clock import Clock
+from tidegate.records.batch import BatchHeader
 from tidegate.storage.config import LogConfig
 from tidegate.storage.leader_epochs import EpochEntry, LeaderEpochCache
 from tidegate.storage.producer_state import ProducerStateManager
@@ -25,7 +27,8 @@ from tidegate.storage.segment import LogSegment
 from tidegate.storage.segment_list import SegmentList
 
 if TYPE_CHECKING:
-    from tidegate.storage.log import AppendInfo, Log
+    from tidegate.storage.log import Log
+    from tidegate.storage.log_append import AppendInfo
 
 __all__ = ["LogState"]
 
@@ -68,7 +71,7 @@ class LogState:
 
         def _check_open(self) -> None: ...  # log.py
 
-        def append_control(  # log.py
+        def append_control(  # log_append
             self,
             data: bytes,
             *,
@@ -77,9 +80,11 @@ class LogState:
             leader_epoch: int | None = None,
         ) -> AppendInfo: ...
 
-        def _maybe_roll(  # log.py
+        def _maybe_roll(  # log_roll
             self, size: int, max_ts: int, last_offset: int, now: int
         ) -> LogSegment: ...
+
+        def _note_epochs(self, headers: Iterable[BatchHeader]) -> None: ...  # log_replica
 
         def _refresh_lso(self, *, allow_backwards: bool = False) -> None: ...  # log_txn
 

@@ -17,7 +17,7 @@ from tidegate.storage.producer_state import ProducerInfo
 from tidegate.storage.txn_index import AbortedTxn, collect_aborted
 
 if TYPE_CHECKING:
-    from tidegate.storage.log import AppendInfo
+    from tidegate.storage.log_append import AppendInfo
 
 __all__ = ["TransactionalLog"]
 
