@@ -70,11 +70,25 @@ class CachedFile:
         """Whether a descriptor is open now (for tests and the bench)."""
         return self._fd is not None
 
+    # Pinning is done here, under the cache's lock, without a call into the cache while
+    # the descriptor is open: every segment write and read goes through these.
     def __enter__(self) -> int:
-        return self._cache._pin(self)
+        cache = self._cache
+        with cache._lock:
+            fd = self._fd
+            if fd is None or self.closed:
+                fd = cache._open_locked(self)  # (re)open, or EBADF if closed
+            else:
+                cache._open.move_to_end(self)
+            self._pins += 1
+            return fd
 
     def __exit__(self, *_exc: object) -> None:
-        self._cache._unpin(self)
+        cache = self._cache
+        with cache._lock:
+            self._pins -= 1
+            if self.closed and not self._pins:
+                cache._drop(self)
 
     def hold(self) -> None:
         """Keep the descriptor open until `close` (the file is about to be unlinked)."""
@@ -157,18 +171,6 @@ class FileCache:
             if fd is not None:
                 doomed.append(fd)
         return doomed
-
-    def _pin(self, f: CachedFile) -> int:
-        with self._lock:
-            fd = self._open_locked(f)
-            f._pins += 1
-            return fd
-
-    def _unpin(self, f: CachedFile) -> None:
-        with self._lock:
-            f._pins -= 1
-            if f.closed and not f._pins:
-                self._drop(f)
 
     def _hold(self, f: CachedFile) -> None:
         with self._lock:

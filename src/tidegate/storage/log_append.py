@@ -223,16 +223,17 @@ class AppendingLog(LogState):
             if leader_epoch is not None:
                 self._note_epochs(headers)
             lso = self._log_start_offset
+        # By position (the keywords' binding cost as much again as the tuple's making)
         return AppendInfo(
-            first_offset=headers[0].base_offset,
-            last_offset=last.last_offset,
-            log_append_time=now if log_append else -1,
-            log_start_offset=lso,
-            max_timestamp=max_ts,
-            record_count=last.records_count if len(headers) == 1 else sum(
+            headers[0].base_offset,  # first_offset
+            last.last_offset,  # last_offset
+            now if log_append else -1,  # log_append_time
+            lso,  # log_start_offset
+            max_ts,  # max_timestamp
+            last.records_count if len(headers) == 1 else sum(  # record_count
                 h.records_count for h in headers
             ),
-            batches=headers,
+            headers,  # batches
         )
 
     def _duplicate(self, dup: DuplicateBatch, log_append: bool) -> AppendInfo:
