@@ -14,8 +14,9 @@ them (that would deadlock; it raises RuntimeError).
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
+from typing import TypeVar, cast
 
 from tidegate.client.admin import AsyncAdmin
 from tidegate.client.config import AdminConfig, ConsumerConfig
@@ -24,6 +25,7 @@ from tidegate.client.consumer.columns import ColumnSlice
 from tidegate.client.consumer.consumer import AsyncConsumer, PartitionLike, TopicsLike
 from tidegate.client.consumer.group import CommitCallback, ConsumerGroupMetadata
 from tidegate.client.consumer.group_offsets import OffsetAndMetadata
+from tidegate.client.consumer.staging import StagedPolls
 from tidegate.client.loop_thread import LoopThread
 from tidegate.client.producer.blocking import MAX_QUEUED, Producer
 from tidegate.client.scram_admin import ScramCredentialInfo, ScramUpsertion
@@ -46,6 +48,7 @@ from tidegate.records.record import Record
 
 __all__ = ["MAX_QUEUED", "Admin", "Consumer", "LoopThread", "Producer"]
 
+T = TypeVar("T")
 
 
 class Consumer:
@@ -59,6 +62,23 @@ class Consumer:
         self._closed = False
         # Rebalance callbacks run on the thread that polls (consumer/blocking.py).
         self._pump = CallbackPump()
+        # The next poll, drained ahead on the loop thread (consumer/staging.py).
+        self._staged = StagedPolls(self._async, self._loop.loop)
+
+    def _unstaged(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the loop thread after giving up the staged poll: for everything
+        that changes what the next poll returns."""
+        def run() -> T:
+            self._staged.unstage()
+            return fn()
+        return self._loop.call(run)
+
+    def _poll(self, kind: str, wait: int, max_records: int | None) -> object:
+        limit = max_records or self.config.max_poll_records
+        out = self._staged.take(kind, limit)
+        if out is not None:
+            return out
+        return self._pump.run(self._loop, self._staged.poll(kind, wait, limit))
 
     def start(self) -> None:
         """Connect to the cluster now (optional: `poll` starts the consumer). Entering
@@ -84,7 +104,11 @@ class Consumer:
         self._loop.call(lambda: self._async.subscribe(topics, wrapped))
 
     def unsubscribe(self) -> None:
-        self._pump.run(self._loop, self._async.unsubscribe())
+        self._pump.run(self._loop, self._unsubscribe())
+
+    async def _unsubscribe(self) -> None:
+        self._staged.unstage()
+        await self._async.unsubscribe()
 
     def subscription(self) -> set[str]:
         return self._loop.call(self._async.subscription)
@@ -110,19 +134,19 @@ class Consumer:
 
     def assign(self, partitions: Iterable[PartitionLike]) -> None:
         tps = list(partitions)
-        self._loop.call(lambda: self._async.assign(tps))
+        self._unstaged(lambda: self._async.assign(tps))
 
     def assignment(self) -> set[TopicPartition]:
         return self._loop.call(self._async.assignment)
 
     def seek(self, partition: PartitionLike, offset: int) -> None:
-        self._loop.call(lambda: self._async.seek(partition, offset))
+        self._unstaged(lambda: self._async.seek(partition, offset))
 
     def seek_to_beginning(self, *partitions: PartitionLike) -> None:
-        self._loop.call(lambda: self._async.seek_to_beginning(*partitions))
+        self._unstaged(lambda: self._async.seek_to_beginning(*partitions))
 
     def seek_to_end(self, *partitions: PartitionLike) -> None:
-        self._loop.call(lambda: self._async.seek_to_end(*partitions))
+        self._unstaged(lambda: self._async.seek_to_end(*partitions))
 
     def position(self, partition: PartitionLike) -> int:
         return self._loop.run(self._async.position(partition))
@@ -131,7 +155,7 @@ class Consumer:
         return self._loop.call(lambda: self._async.highwater(partition))
 
     def pause(self, *partitions: PartitionLike) -> None:
-        self._loop.call(lambda: self._async.pause(*partitions))
+        self._unstaged(lambda: self._async.pause(*partitions))
 
     def resume(self, *partitions: PartitionLike) -> None:
         self._loop.call(lambda: self._async.resume(*partitions))
@@ -144,25 +168,24 @@ class Consumer:
         """Records fetched within `timeout_ms` milliseconds (default 1000) — or
         `timeout` seconds, as confluent-kafka's `poll(timeout)` takes them."""
         wait = poll_timeout_ms(timeout_ms, timeout)
-        return self._pump.run(self._loop, self._async.poll(wait, max_records))
+        return cast(list[ConsumerRecord], self._poll("poll", wait, max_records))
 
     def poll_batches(self, timeout_ms: int | None = None, max_records: int | None = None,
                      *, timeout: float | None = None) -> dict[TopicPartition, list[Record]]:
         wait = poll_timeout_ms(timeout_ms, timeout)
-        return self._pump.run(self._loop, self._async.poll_batches(wait, max_records))
+        return cast(dict[TopicPartition, list[Record]],
+                    self._poll("batches", wait, max_records))
 
     def use_columns(self, include_headers: bool = False) -> None:
         """See `AsyncConsumer.use_columns`."""
-        self._loop.run(self._use_columns(include_headers))
-
-    async def _use_columns(self, include_headers: bool) -> None:
-        self._async.use_columns(include_headers)  # on the loop thread: touches the fetcher
+        self._unstaged(lambda: self._async.use_columns(include_headers))  # the fetcher's
 
     def poll_columns(self, timeout_ms: int | None = None, max_records: int | None = None,
                      *, timeout: float | None = None) -> dict[TopicPartition, list[ColumnSlice]]:
         """See `AsyncConsumer.poll_columns`."""
         wait = poll_timeout_ms(timeout_ms, timeout)
-        return self._pump.run(self._loop, self._async.poll_columns(wait, max_records))
+        return cast(dict[TopicPartition, list[ColumnSlice]],
+                    self._poll("columns", wait, max_records))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         while not self._closed:
@@ -188,6 +211,7 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        self._staged.closed = True  # commits on close count what was handed out (held)
         try:
             self._pump.run(self._loop, self._async.close())
         finally:

@@ -81,13 +81,15 @@ class GroupCommits:
 
     def consumed(self, partitions: Iterable[TopicPartition] | None = None
                  ) -> dict[TopicPartition, OffsetAndMetadata]:
-        """The positions of `partitions` (default: all assigned) that have one."""
-        tps = self.assignment.partitions if partitions is None else partitions
+        """The positions of `partitions` (default: all assigned) that have one: the
+        records handed to the application (`Assignment.consumed`)."""
+        assignment = self.assignment
+        tps = assignment.partitions if partitions is None else partitions
         out: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp in tps:
-            st = self.assignment.partitions.get(tp)
-            if st is not None and st.position is not None:
-                out[tp] = OffsetAndMetadata(st.position)
+            st = assignment.partitions.get(tp)
+            if st is not None and (position := assignment.consumed(tp, st)) is not None:
+                out[tp] = OffsetAndMetadata(position)
         return out
 
     def _identity(self) -> tuple[int, str, str | None]:

@@ -51,7 +51,7 @@ from tidegate.client.types import ConsumerRecord, TopicPartition
 from tidegate.protocol.messages import load_codecs
 from tidegate.records.record import Record
 
-__all__ = ["AsyncConsumer", "PartitionLike", "TopicsLike"]
+__all__ = ["AsyncConsumer", "PartitionLike", "PollResult", "TopicsLike"]
 
 log = logging.getLogger("tidegate.client.consumer")
 
@@ -61,6 +61,8 @@ _Out = TypeVar("_Out", list[ConsumerRecord], dict[TopicPartition, list[Record]],
                dict[TopicPartition, list[ColumnSlice]])
 _Item = TypeVar("_Item", Record, ColumnSlice)
 PartitionData = PartitionRecords | PartitionColumns  # what the fetcher buffers
+PollResult = (list[ConsumerRecord] | dict[TopicPartition, list[Record]]
+              | dict[TopicPartition, list[ColumnSlice]])  # what a poll of any kind returns
 
 
 class AsyncConsumer(ConsumerPositions):
@@ -287,6 +289,19 @@ class AsyncConsumer(ConsumerPositions):
                     break
                 fetcher.drained(tp)
         return out
+
+    def _drainer(self, kind: str, limit: int) -> Callable[[Fetcher], PollResult]:
+        """What `poll` ("poll"), `poll_batches` ("batches") or `poll_columns`
+        ("columns") drains, at most `limit` records; TypeError if the consumer's mode
+        (`use_columns`) does not allow that kind of poll."""
+        if kind == "columns":
+            if self._columns is None:
+                raise TypeError("call use_columns() before poll_columns()")
+            return lambda f: self._drain_parts(f, limit, _take_columns)
+        self._no_columns("poll" if kind == "poll" else "poll_batches")
+        if kind == "poll":
+            return lambda f: self._drain(f, limit)
+        return lambda f: self._drain_parts(f, limit, _take_records)
 
     async def poll(self, timeout_ms: int = 1000,
                    max_records: int | None = None) -> list[ConsumerRecord]:

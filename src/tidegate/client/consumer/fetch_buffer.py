@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -112,6 +112,14 @@ class FetchBuffer:
             self.data_ready.set()  # a poll that took nothing from the last must not wait
         self.wakeup()
 
+    def released(self, tps: Iterable[TopicPartition]) -> None:
+        """The application was handed the held records of `tps` (`Assignment.held`):
+        an error deferred behind them (`_no_ahead`) is acted on by fetching again."""
+        for tp in tps:
+            if tp not in self.buffered:
+                self._no_ahead.discard(tp)
+        self.wakeup()
+
     def _fetch_offset(self, tp: TopicPartition, st: PartitionState) -> int | None:
         """Where `tp`'s next fetch starts: the end of its queue, else its position."""
         queued = self._ahead.get(tp) or self.buffered.get(tp)
@@ -145,7 +153,9 @@ class FetchBuffer:
                     continue  # unassigned, sought or reset meanwhile: the data is stale
                 code = p.error_code
                 ahead = tp in self.buffered  # fetched ahead of the position
-                if ahead and code != ErrorCode.none:
+                # ahead of what the application was handed (`Assignment.held`): its
+                # errors too wait until the application gets there
+                if (ahead or tp in self.assignment.held) and code != ErrorCode.none:
                     # Acted on once the position gets there (module docstring).
                     self._no_ahead.add(tp)
                     if code in REFRESH_ERRORS:
@@ -167,7 +177,7 @@ class FetchBuffer:
                                                     self.config.check_crcs, aborted,
                                                     self.columns))
                     except (CorruptRecordError, InvalidRecordError) as e:
-                        if ahead:
+                        if ahead or tp in self.assignment.held:
                             self._no_ahead.add(tp)
                             continue
                         # As Kafka's consumer: raise from poll until the app seeks past.

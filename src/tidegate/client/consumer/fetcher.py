@@ -170,6 +170,8 @@ class Fetcher(FetchBuffer):
         for tp in self.assignment.fetchable():
             if tp in self._fetching or tp in self._ahead:
                 continue
+            if tp in self._no_ahead and tp in self.assignment.held:
+                continue  # an error waits behind held records (`FetchBuffer.released`)
             if tp in self.buffered:  # fetch ahead?
                 if tp in self._no_ahead:
                     continue

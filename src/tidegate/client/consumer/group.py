@@ -138,6 +138,11 @@ class ConsumerCoordinator(RebalanceSteps):
         self._polling -= 1
         self._last_poll = time.monotonic()
 
+    def polled(self) -> None:
+        """The application polled without the loop (the blocking consumer's staged
+        poll, `staging`): one float store, safe from the application's thread."""
+        self._last_poll = time.monotonic()
+
     async def poll(self, deadline: float) -> None:
         """Advance group membership; see the module docstring. Raises fatal group
         errors and exceptions from listener callbacks."""

@@ -111,6 +111,9 @@ class ConsumerPositions:
         tp = as_tp(partition)
         st = self._assignment.state(tp)
         fetcher = self._started()
+        held = self._assignment.held.get(tp)  # drained ahead, not yet handed out
+        if held is not None:
+            return held
         if st.position is None and self._group is not None:  # committed offset first
             await self._group.ensure_positions([tp])
         if st.position is None:

@@ -60,14 +60,32 @@ class PartitionState:
 
 @dataclass
 class Assignment:
-    """Manually assigned partitions and their positions."""
+    """Manually assigned partitions and their positions.
+
+    `held`: partitions whose records were drained ahead of the application's poll
+    (the blocking consumer's staged poll, `staging.StagedPolls`) and not yet handed
+    to it, with the position each had before; their `position` is already past those
+    records, `consumed(tp)` is what commits and `position()` use. Always rebound,
+    never changed in place (another thread reads it)."""
 
     partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
+    held: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def consumed(self, tp: TopicPartition, st: PartitionState) -> int | None:
+        """The position of the next record the application has not been handed."""
+        return self.held.get(tp, st.position)
+
+    def _unhold(self, tp: TopicPartition) -> None:
+        if tp in self.held:
+            self.held = {k: v for k, v in self.held.items() if k != tp}
 
     def assign(self, tps: Iterable[TopicPartition]) -> None:
         """Replace the assignment, keeping the state of partitions that stay."""
         old = self.partitions
         self.partitions = {tp: old.get(tp) or PartitionState() for tp in tps}
+        if self.held:
+            self.held = {tp: p for tp, p in self.held.items()
+                         if self.partitions.get(tp) is old.get(tp)}
 
     def state(self, tp: TopicPartition) -> PartitionState:
         st = self.partitions.get(tp)
@@ -82,6 +100,7 @@ class Assignment:
         if offset < 0:
             raise ValueError(f"cannot seek {tp.topic}-{tp.partition} to negative offset {offset}")
         st = self.state(tp)
+        self._unhold(tp)
         st.position = offset
         st.reset_to = None
         st.blocked = False
@@ -89,6 +108,7 @@ class Assignment:
 
     def request_reset(self, tp: TopicPartition, where: int) -> None:
         st = self.state(tp)
+        self._unhold(tp)
         st.position = None
         st.reset_to = where
         st.blocked = False

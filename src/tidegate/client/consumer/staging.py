@@ -1,0 +1,219 @@
+"""`StagedPolls`: the blocking consumer's next poll, drained ahead on its loop thread.
+
+The blocking `sync.Consumer` runs `AsyncConsumer` on a private loop thread, and a poll
+that goes there and back costs two thread wake-ups (the loop's epoll and self-pipe,
+the caller's futex), 50-120 us of CPU per poll. So after each poll the loop drains
+the next polls' records from the fetch buffer ahead (`stage`, up to `MAX_STAGED`
+polls), and the application's next poll of the same kind and ``max_records`` takes
+the first of them on its own thread (`take`), only posting a note to the loop to
+stage again.
+
+Correctness rests on these rules:
+- Draining moves the loop's positions, as a poll does (so the fetcher goes on from
+  there), but the positions before it are kept in `Assignment.held` until the
+  application takes that poll: commits (explicit, auto-commit, on revocation, on close)
+  and `position()` use `Assignment.consumed`, so only records handed to the
+  application count. Errors of fetches behind held records wait as for a fetch ahead
+  (`FetchBuffer.released`).
+- A staged poll records each drained partition's `PartitionState` and epoch. `take`
+  refuses it (the poll then goes to the loop) if one of them was unassigned,
+  sought, reset or paused since, if an error waits for the application, if the
+  group has work (its wake-up is set), or if the loop has not run a poll's group
+  work for `GROUP_WORK_S` (auto-commit, topic scans: they run only in a poll on the
+  loop); `take` tells the group the application polled (`polled`, for
+  ``max.poll.interval.ms``).
+- A poll on the loop (`poll`) runs the group work first, then hands over the next
+  staged poll if it is still valid; else `unstage` drops them all and puts the
+  partitions' positions back where the application is, as a seek would (their
+  buffered data is fetched again). The facade calls `unstage` before every
+  operation that changes what the next poll returns (seek, pause, assign,
+  unsubscribe, use_columns).
+- The staged polls and `held` change under a lock (once per poll, never per
+  record), so a `take` and an `unstage` never both get one.
+
+Only the blocking facade uses this: its `AsyncConsumer` is private to it, so nothing
+else polls the same consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from tidegate.client.consumer.consumer import AsyncConsumer, PollResult
+from tidegate.client.consumer.fetcher import Fetcher
+from tidegate.client.consumer.state import PartitionState
+from tidegate.client.types import TopicPartition
+
+__all__ = ["GROUP_WORK_S", "StagedPolls"]
+
+# A staged poll is taken on the application's thread for at most this long after the
+# loop last ran a poll's group work (auto-commit, topic scans happen there).
+GROUP_WORK_S = 0.1
+# Polls staged ahead at most: the application may take several before the loop has
+# staged again (it runs as soon as it gets the GIL back, not at once).
+MAX_STAGED = 4
+
+
+@dataclass(slots=True)
+class _Staged:
+    kind: str  # "poll", "batches" or "columns" (`AsyncConsumer._drainer`)
+    limit: int
+    out: PollResult
+    marks: tuple[tuple[TopicPartition, PartitionState, int], ...]  # (tp, state, epoch)
+    # `Assignment.held` once this poll is taken: each partition's start in the first
+    # later staged poll that has it
+    held_after: dict[TopicPartition, int]
+
+
+class StagedPolls:
+    """See the module docstring; `take` runs on the application's thread, the rest on
+    the loop thread."""
+
+    def __init__(self, consumer: AsyncConsumer, loop: asyncio.AbstractEventLoop) -> None:
+        self._c = consumer
+        self._loop = loop
+        self._lock = threading.Lock()  # guards the next four
+        self._staged: deque[_Staged] = deque()
+        self._taken: list[_Staged] = []  # taken on the application's thread, not yet seen
+        self._notified = False  # `_on_taken` is scheduled
+        self._group_work_at = 0.0  # when a poll on the loop last ran the group work
+        self.closed = False
+
+    def _valid(self, st: _Staged, kind: str, limit: int) -> bool:
+        if st.kind != kind or st.limit != limit:
+            return False
+        parts = self._c._assignment.partitions
+        for tp, ps, epoch in st.marks:
+            if parts.get(tp) is not ps or ps.epoch != epoch or ps.paused:
+                return False
+        return True
+
+    # -- the application's thread ------------------------------------------------------
+
+    def take(self, kind: str, limit: int) -> PollResult | None:
+        """The next staged poll if it may be handed out now, else None (poll on the
+        loop)."""
+        c = self._c
+        fetcher, group = c._fetcher, c._group
+        if not self._staged or self.closed or fetcher is None or fetcher.errors:
+            return None
+        if group is not None and (group.wakeup.is_set() or
+                                  time.monotonic() - self._group_work_at > GROUP_WORK_S):
+            return None
+        with self._lock:
+            if not self._staged or not self._valid(self._staged[0], kind, limit):
+                return None
+            st = self._staged.popleft()
+            c._assignment.held = st.held_after
+            self._taken.append(st)
+            notify = not self._notified
+            self._notified = True
+        if group is not None:
+            group.polled()
+        if notify:
+            self._loop.call_soon_threadsafe(self._on_taken)
+        return st.out
+
+    # -- the loop thread ---------------------------------------------------------------
+
+    async def poll(self, kind: str, timeout_ms: int, limit: int) -> PollResult:
+        """A poll on the loop: `AsyncConsumer`'s, handing over the next staged poll if
+        it is still valid after the group work; then polls are staged again."""
+        c = self._c
+        normal = c._drainer(kind, limit)
+
+        def drain(fetcher: Fetcher) -> PollResult:
+            self._group_work_at = time.monotonic()
+            with self._lock:
+                st = self._staged.popleft() if self._staged and \
+                    self._valid(self._staged[0], kind, limit) else None
+                if st is not None:
+                    c._assignment.held = st.held_after
+            if st is not None:
+                fetcher.released(tp for tp, _, _ in st.marks)
+                return st.out
+            self.unstage()
+            return normal(fetcher)
+
+        out: PollResult = await c._poll_loop(timeout_ms, drain)  # type: ignore[type-var]
+        if out:  # staged once the application has its answer (two turns of the loop)
+            self._loop.call_soon(self._loop.call_soon, self.stage, kind, limit)
+        return out
+
+    def _on_taken(self) -> None:
+        with self._lock:
+            taken, self._taken = self._taken, []
+            self._notified = False
+        fetcher = self._c._fetcher
+        if fetcher is not None:
+            fetcher.released(tp for st in taken for tp, _, _ in st.marks)
+        if taken:
+            self.stage(taken[-1].kind, taken[-1].limit)
+
+    def stage(self, kind: str, limit: int) -> None:
+        """Drain polls ahead (up to `MAX_STAGED`), if there is data and nothing in the
+        way."""
+        c = self._c
+        fetcher, group = c._fetcher, c._group
+        while len(self._staged) < MAX_STAGED:
+            if self.closed or c._closed or fetcher is None or fetcher.errors or \
+                    not fetcher.buffered or (group is not None and group.wakeup.is_set()) \
+                    or (kind == "columns") != (c._columns is not None):
+                return
+            if self._staged and (self._staged[-1].kind, self._staged[-1].limit) != (kind, limit):
+                return
+            try:
+                parts = c._assignment.partitions
+                before = {tp: (parts[tp], parts[tp].position) for tp in fetcher.buffered
+                          if tp in parts}
+                out = c._drainer(kind, limit)(fetcher)
+            except Exception as e:  # a bug: surface it through poll() rather than lose it
+                fetcher._report(e)
+                return
+            if not out:  # positions moved past control or aborted batches only, as a
+                return   # poll's drain moves them
+            starts: dict[TopicPartition, int] = {}
+            marks: list[tuple[TopicPartition, PartitionState, int]] = []
+            for tp, (ps, position) in before.items():
+                if ps.position != position and position is not None:
+                    starts[tp] = position
+                    marks.append((tp, ps, ps.epoch))
+            with self._lock:
+                for st in self._staged:  # earlier staged polls hold their starts first
+                    st.held_after = _merged(st.held_after, starts)
+                held = c._assignment.held
+                c._assignment.held = _merged(held, starts)
+                self._staged.append(_Staged(kind, limit, out, tuple(marks), {}))
+
+    def unstage(self) -> None:
+        """Give up the staged polls: each of their partitions still as staged goes back
+        to where the application is (its fetched data is dropped and fetched again)."""
+        with self._lock:
+            staged, self._staged = self._staged, deque()
+            held = self._c._assignment.held
+            self._c._assignment.held = {}
+        if not staged:
+            return
+        fetcher = self._c._fetcher
+        parts = self._c._assignment.partitions
+        marks = {tp: (ps, epoch) for st in reversed(staged) for tp, ps, epoch in st.marks}
+        for tp, (ps, epoch) in marks.items():
+            if tp in held and parts.get(tp) is ps and ps.epoch == epoch:
+                ps.position = held[tp]
+                ps.epoch += 1
+                if fetcher is not None:
+                    fetcher.discard(tp)
+        if fetcher is not None:
+            fetcher.wakeup()
+
+
+def _merged(held: dict[TopicPartition, int], starts: dict[TopicPartition, int]
+            ) -> dict[TopicPartition, int]:
+    """`held` with the `starts` of a later staged poll for partitions it lacks."""
+    if all(tp in held for tp in starts):
+        return held
+    return {**starts, **held}
