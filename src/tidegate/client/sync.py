@@ -6,6 +6,10 @@ get Kafka's behaviour without writing asyncio. Methods block the calling thread 
 the loop thread has the answer. `Producer` lives in `producer/blocking.py` (its `send`
 appends in the caller's thread, see there); `Consumer` and `Admin` are here.
 
+`Consumer.poll` (and `poll_batches`, `poll_columns`) usually does not go there and
+back: the loop thread drains the next polls ahead and the caller takes one on its own
+thread (`consumer/staging.py`, which says why positions and commits stay exact).
+
 Callbacks (`on_delivery`, rebalance listeners aside: see `consumer/blocking.py`) run on
 the loop thread: keep them short, and do not call the facade's blocking methods from
 them (that would deadlock; it raises RuntimeError).

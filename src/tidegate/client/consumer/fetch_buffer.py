@@ -18,7 +18,9 @@ the partition is fetched again once its position reaches that offset (`_no_ahead
 OFFSET_OUT_OF_RANGE, corrupt data and the like surface when the application gets there,
 as without fetching ahead. OFFSET_OUT_OF_RANGE resets the position per
 ``auto.offset.reset`` (``none``: raised from `poll()`); corrupt data blocks the
-partition until the application seeks past it.
+partition until the application seeks past it. So do the errors of a partition whose
+records were drained ahead of the application (the blocking consumer's staged polls,
+`Assignment.held`) until it is handed them (`released`).
 
 ``isolation.level`` is passed to the broker; control batches are always dropped, and
 with read_committed so are the batches of aborted transactions (`aborted`).
