@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -85,6 +85,9 @@ class FetchBuffer:
         # value saying whether to decode headers too (`columns.PartitionColumns`).
         self.columns: bool | None = None
         self.data_ready = asyncio.Event()
+        # Called when an answer brought data for `buffered` (the blocking consumer
+        # stages its next polls then: `staging.StagedPolls`).
+        self.on_data: Callable[[], None] | None = None
         self._wake = asyncio.Event()
 
     def wakeup(self) -> None:
@@ -209,6 +212,8 @@ class FetchBuffer:
                     )
         if got_data:
             self.data_ready.set()
+            if self.on_data is not None:
+                self.on_data()
 
     def _out_of_range(self, tp: TopicPartition, offset: int) -> None:
         """OFFSET_OUT_OF_RANGE at the position: reset per ``auto.offset.reset``."""

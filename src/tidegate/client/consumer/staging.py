@@ -2,11 +2,11 @@
 
 The blocking `sync.Consumer` runs `AsyncConsumer` on a private loop thread, and a poll
 that goes there and back costs two thread wake-ups (the loop's epoll and self-pipe,
-the caller's futex), 50-120 us of CPU per poll. So after each poll the loop drains
-the next polls' records from the fetch buffer ahead (`stage`, up to `MAX_STAGED`
-polls), and the application's next poll of the same kind and ``max_records`` takes
-the first of them on its own thread (`take`), only posting a note to the loop to
-stage again.
+the caller's futex), 50-120 us of CPU per poll. So after each poll, and when a fetch
+brings data, the loop drains the next polls' records from the fetch buffer ahead
+(`stage`, up to `MAX_STAGED` polls), and the application's next poll of the same
+kind and ``max_records`` takes the first of them on its own thread (`take`), only
+posting a note to the loop to stage again.
 
 Correctness rests on these rules:
 - Draining moves the loop's positions, as a poll does (so the fetcher goes on from
@@ -53,9 +53,11 @@ __all__ = ["GROUP_WORK_S", "StagedPolls"]
 # A staged poll is taken on the application's thread for at most this long after the
 # loop last ran a poll's group work (auto-commit, topic scans happen there).
 GROUP_WORK_S = 0.1
-# Polls staged ahead at most: the application may take several before the loop has
-# staged again (it runs as soon as it gets the GIL back, not at once).
-MAX_STAGED = 4
+# Polls staged ahead at most: the application takes several before the loop stages
+# again (the loop waits for the GIL, which a busy application thread keeps for up to
+# the switch interval, 5 ms): 4 left a quarter of the polls to the loop at 100 B, 8
+# an eighth. Memory: up to this many polls' records on top of the fetch buffer.
+MAX_STAGED = 8
 
 
 @dataclass(slots=True)
@@ -81,6 +83,7 @@ class StagedPolls:
         self._taken: list[_Staged] = []  # taken on the application's thread, not yet seen
         self._notified = False  # `_on_taken` is scheduled
         self._group_work_at = 0.0  # when a poll on the loop last ran the group work
+        self._last: tuple[str, int] | None = None  # the last poll's kind and limit
         self.closed = False
 
     def _valid(self, st: _Staged, kind: str, limit: int) -> bool:
@@ -125,6 +128,10 @@ class StagedPolls:
         it is still valid after the group work; then polls are staged again."""
         c = self._c
         normal = c._drainer(kind, limit)
+        self._last = (kind, limit)
+        fetcher = c._started()
+        if fetcher.on_data is None:  # stage as soon as data arrives, too
+            fetcher.on_data = self._on_data
 
         def drain(fetcher: Fetcher) -> PollResult:
             self._group_work_at = time.monotonic()
@@ -143,6 +150,10 @@ class StagedPolls:
         if out:  # staged once the application has its answer (two turns of the loop)
             self._loop.call_soon(self._loop.call_soon, self.stage, kind, limit)
         return out
+
+    def _on_data(self) -> None:
+        if self._last is not None:
+            self.stage(*self._last)
 
     def _on_taken(self) -> None:
         with self._lock:
