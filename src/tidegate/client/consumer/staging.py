@@ -113,8 +113,9 @@ class StagedPolls:
             st = self._staged.popleft()
             c._assignment.held = st.held_after
             self._taken.append(st)
-            notify = not self._notified
-            self._notified = True
+            # the loop is woken when half the staged polls are gone, not for each
+            notify = not self._notified and len(self._staged) <= MAX_STAGED // 2
+            self._notified |= notify
         if group is not None:
             group.polled()
         if notify:
@@ -135,6 +136,7 @@ class StagedPolls:
 
         def drain(fetcher: Fetcher) -> PollResult:
             self._group_work_at = time.monotonic()
+            self._release_taken()
             with self._lock:
                 st = self._staged.popleft() if self._staged and \
                     self._valid(self._staged[0], kind, limit) else None
@@ -155,13 +157,18 @@ class StagedPolls:
         if self._last is not None:
             self.stage(*self._last)
 
-    def _on_taken(self) -> None:
+    def _release_taken(self) -> list[_Staged]:
+        """Tell the fetcher which held records the application took since last time."""
         with self._lock:
             taken, self._taken = self._taken, []
             self._notified = False
         fetcher = self._c._fetcher
-        if fetcher is not None:
+        if fetcher is not None and taken:
             fetcher.released(tp for st in taken for tp, _, _ in st.marks)
+        return taken
+
+    def _on_taken(self) -> None:
+        taken = self._release_taken()
         if taken:
             self.stage(taken[-1].kind, taken[-1].limit)
 
