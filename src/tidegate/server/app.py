@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from tidegate.common.config import BrokerConfig
-from tidegate.server import malloc_tuning
+from tidegate.server import gc_tuning, malloc_tuning
 from tidegate.server.broker import Broker
 from tidegate.server.listener import Listener
 from tidegate.storage.dir_lock import LogDirLocks
@@ -338,6 +338,7 @@ def run_broker(
     """`http_routes`: more routes for the HTTP listener (the web console);
     `on_http(urls)`: told where it listens, before the logs load."""
     malloc_tuning.tune()  # request-sized buffers stay on the heap (see the module)
+    gc_tuning.tune()  # fewer collector passes over requests in flight (see the module)
     main = _main(config, on_ready, http_routes, on_http)
     try:
         import uvloop
