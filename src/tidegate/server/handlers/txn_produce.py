@@ -96,13 +96,15 @@ def reserve_slots(broker: Broker, req: Any) -> dict[tuple[int, int], Slot]:
     request, partition). Synchronous: call it before the handler's first await."""
     slots: dict[tuple[int, int], Slot] = {}
     for ti, topic in enumerate(req.topic_data or ()):
-        name, _ = resolve_topic(broker, topic)
-        if not name or name in INTERNAL_TOPICS:
-            continue
+        name: str | None = ""  # the topic is looked up at its first transactional batch
         for part in topic.partition_data or ():
             txn = transactional_producer(part.records) if part.records else None
             if txn is None or txn[0] < 0:
                 continue
+            if name == "":
+                name, _ = resolve_topic(broker, topic)
+            if not name or name in INTERNAL_TOPICS:
+                break
             lg = broker.get_log(name, int(part.index))
             if lg is None:
                 continue
