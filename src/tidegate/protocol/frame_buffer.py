@@ -30,6 +30,7 @@ request's bytes can never change under the code still reading them.
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Callable
 
 __all__ = ["BIG_FRAME", "SCRATCH", "BufferPool", "Frame", "FrameAssembler"]
@@ -43,6 +44,19 @@ BIG_FRAME = 16 * 1024  # frames this large get their own buffer, read in place
 _SIZE = struct.Struct(">i")
 
 
+def _pooled_refs() -> int:
+    """`sys.getrefcount` of a buffer that only the pool's list holds, seen from
+    `BufferPool.take`'s loop (the list, the loop's variable, the call's argument): more
+    means something else holds it, a memoryview of a frame in particular (a view keeps a
+    reference to the object it exports). Measured, not assumed, so that another
+    interpreter's counting at worst makes `take` miss, never hand out a held buffer."""
+    bufs = [bytearray(1)]
+    for i in range(len(bufs)):
+        buf = bufs[i]
+        return sys.getrefcount(buf)
+    raise AssertionError("unreachable")
+
+
 def _unexported(buf: bytearray) -> bool:
     """Whether no buffer export (memoryview) of `buf` is alive: CPython refuses to resize
     an exported bytearray. Shrinking by one byte and growing back stays within the
@@ -53,6 +67,9 @@ def _unexported(buf: bytearray) -> bool:
         return False
     buf.append(0)
     return True
+
+
+_POOLED_REFS = _pooled_refs()
 
 
 class BufferPool:
@@ -75,9 +92,15 @@ class BufferPool:
 
     def take(self, size: int) -> bytearray:
         bufs = self._bufs
-        for i, buf in enumerate(bufs):
+        for i in range(len(bufs)):
+            buf = bufs[i]
             n = len(buf)
-            if size <= n <= 2 * size and _unexported(buf):
+            # a buffer still referenced elsewhere (held by a frame's view, mostly: with
+            # many requests in flight most of the pool is) is passed over at the cost of a
+            # refcount, not a refused resize (a BufferError raised and caught, ~1 us).
+            # The resize probe still decides for the others.
+            if (size <= n <= 2 * size and sys.getrefcount(buf) <= _POOLED_REFS
+                    and _unexported(buf)):
                 del bufs[i]
                 self._bytes -= n
                 self.hits += 1

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tidegate.protocol import frame_buffer
 from tidegate.protocol.framing import FrameTooLargeError
 from tidegate.server import frame_stream
 from tidegate.server.frame_stream import BIG_FRAME, SCRATCH, BufferPool, FrameProtocol
@@ -138,12 +139,15 @@ def test_pooled_buffers_are_reused_only_once_nothing_holds_them(seed: int) -> No
 def test_pool_keeps_at_most_its_bytes_and_skips_exported_buffers() -> None:
     pool = BufferPool(max_bytes=4 * BIG_FRAME)
     a = pool.take(BIG_FRAME)
-    view = memoryview(a)[:10]
+    a_id = id(a)
+    view = memoryview(a)[:10]  # a frame's view: all that holds the buffer once given
     pool.give(a)
-    assert pool.take(BIG_FRAME) is not a  # still exported
+    del a
+    assert id(pool.take(BIG_FRAME)) != a_id  # still exported
     assert (pool.hits, pool.misses) == (0, 2)
     del view
-    assert pool.take(BIG_FRAME) is a
+    a = pool.take(BIG_FRAME)
+    assert id(a) == a_id
     assert (pool.hits, pool.misses) == (1, 2)
     assert pool.take(BIG_FRAME * 3) is not a  # (a is out of the pool now anyway)
     bufs = [bytearray(BIG_FRAME) for _ in range(6)]
@@ -154,6 +158,33 @@ def test_pool_keeps_at_most_its_bytes_and_skips_exported_buffers() -> None:
     pool.give(bytearray(2 * BIG_FRAME))  # over a quarter of max_bytes: not kept
     assert all(len(b) == BIG_FRAME for b in pool._bufs)
     assert len(pool.take(BIG_FRAME // 2 - 1)) == BIG_FRAME // 2 - 1  # none over twice the size
+
+
+def test_pool_passes_over_buffers_held_elsewhere_without_probing_them() -> None:
+    """A buffer something still references (a frame's view keeps one) is skipped on its
+    reference count: not resized (the probe's refused resize raises and is caught, the
+    cost this check saves), and not handed out even when nothing exports it."""
+    pool = BufferPool()
+    held = [bytearray(BIG_FRAME) for _ in range(50)]
+    views = [memoryview(b) for b in held]
+    for b in held:
+        pool.give(b)
+    probed: list[bytearray] = []
+    real = frame_buffer._unexported
+    def probe(buf: bytearray) -> bool:
+        probed.append(buf)
+        return real(buf)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(frame_buffer, "_unexported", probe)
+        assert all(pool.take(BIG_FRAME) is not b for b in held)
+        assert probed == []
+        del views  # still referenced by `held` (not exported): passed over all the same
+        assert all(pool.take(BIG_FRAME) is not b for b in held)
+        assert probed == []
+        free_id = id(held[7])
+        del held[7]  # only the pool holds it now: probed, then handed out
+        assert id(pool.take(BIG_FRAME)) == free_id
+        assert len(probed) == 1
 
 
 def test_frames_over_the_upfront_limit_are_collected(monkeypatch: pytest.MonkeyPatch) -> None:
