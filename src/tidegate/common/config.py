@@ -46,6 +46,15 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
+# Tidegate's own process switches, read where they act, not broker settings: they must
+# not reach the config (where `tidegate serve` would warn about an unknown key).
+PROCESS_SWITCHES = frozenset({
+    "PURE_PYTHON",  # records/: no C extensions
+    "MALLOC_TUNING", "GC_TUNING",  # server/malloc_tuning.py, server/gc_tuning.py
+    "KIO_HYPOTHESIS", "SOAK",  # tests
+})
+
+
 def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
     known = {k.replace(".", "_").replace("-", "_").upper(): k for k in BROKER_KEYS}
     out: dict[str, str] = {}
@@ -53,6 +62,8 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
         if not name.startswith("TIDEGATE_"):
             continue
         suffix = name[len("TIDEGATE_") :]
+        if suffix in PROCESS_SWITCHES or suffix.startswith(("TEST_", "SPARK_TEST_")):
+            continue
         key = known.get(suffix, suffix.lower().replace("_", "."))
         out[key] = value
     return out
