@@ -129,13 +129,17 @@ def _run_c(bootstrap: str, topic: str, n: int, size: int, acks: str,
 
 
 def _run_java(bootstrap: str, topic: str, n: int, size: int, acks: str,
-              _partitions: int) -> LoadResult:
+              _partitions: int, round_robin: bool = False) -> LoadResult:
+    """`round_robin`: each record to the next partition (Kafka's RoundRobinPartitioner)
+    instead of the sticky partitioner's one partition per batch."""
     classpath = _java_classpath()
     assert classpath is not None
     props = {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": "5",
              "batch.size": "1000000", "compression.type": "none",
              "enable.idempotence": "false", "buffer.memory": str(1 << 30),
              "max.request.size": str(1 << 24)}
+    if round_robin:
+        props["partitioner.class"] = "org.apache.kafka.clients.producer.RoundRobinPartitioner"
     argv = ["java", "-Xmx1g", "-cp", classpath, "org.apache.kafka.tools.ProducerPerformance",
             "--topic", topic, "--num-records", str(n), "--record-size", str(size),
             "--throughput", "-1", "--producer-props", *(f"{k}={v}" for k, v in props.items())]
@@ -172,6 +176,14 @@ def _run_python(bootstrap: str, topic: str, n: int, size: int, acks: str,
     if failures:
         raise SystemExit(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
     return LoadResult(n * size / elapsed / 1e6, cpu)
+
+
+def run_java_round_robin(bootstrap: str, topic: str, n: int, size: int, acks: str,
+                         partitions: int) -> LoadResult:
+    """The java load with one record per partition in turn: unlike librdkafka, which
+    sends one partition per Produce request, the Java client puts every partition's
+    batch for a broker into one request (bench/load_sweep.py's `--load java`)."""
+    return _run_java(bootstrap, topic, n, size, acks, partitions, round_robin=True)
 
 
 def run(load: str, bootstrap: str, topic: str, n: int, size: int, acks: str,

@@ -10,6 +10,12 @@ per-batch cost that made throughput fall at 1,000 partitions). Printed per point
 the broker's CPU per record (its /proc stat utime + stime before and after) and the
 load's, and each target's MB/s and broker CPU as a ratio of its own figure at the
 fewest partitions (1.00 everywhere would be the flat cost the issue aims at).
+`--load java` uses Kafka's Java producer instead (ProducerPerformance with the
+RoundRobinPartitioner: one record per partition in turn): librdkafka sends one partition
+per Produce request (so with the c load the cost that grows with partitions is the cost
+per request), the Java client puts every partition's batch for a broker into one request,
+so there the cost per partition in a request shows; the JVM's load costs far more CPU
+per record than the c load, so read its broker CPU per record, not its MB/s.
 `--tree DIR` (repeatable) runs the same points against other source trees too (a
 `git worktree` of an older commit with its C extension built), for before/after figures
 in one run.
@@ -26,7 +32,7 @@ round, the order rotated round by round. Before each timed load the bench calls 
 default writes back nothing itself).
 
     .venv/bin/python bench/load_sweep.py [--partitions 1,100,1000] [--records 60000]
-        [--chunk 1] [--rounds 3] [--nofsync] [--tree /tmp/before]
+        [--chunk 1] [--rounds 3] [--nofsync] [--load c|java] [--tree /tmp/before]
         [--peer auto|none|kafka,kafka-fsync]
 """
 
@@ -72,6 +78,11 @@ with tempfile.TemporaryDirectory() as tmp:
                                         for t in ("warmup", "t")]).values():
             fut.result(300)
         def run(topic, n):
+            if binary.startswith("java:"):  # the running bench's bench/load.py
+                sys.path.insert(0, binary[len("java:"):])
+                from bench import load as loads
+                r = loads.run_java_round_robin(broker.bootstrap, topic, n, int(size), "all", p)
+                return {"bytes": r.mb_s * 1e6, "seconds": 1.0, "cpu_seconds": r.load_cpu_s}
             out = subprocess.run([binary, broker.bootstrap, topic, str(n), size, "all",
                                   str(p), "5", chunk], capture_output=True, text=True, check=True)
             return json.loads(out.stdout.strip().splitlines()[-1])
@@ -97,7 +108,10 @@ def process_cpu_seconds(pid: int) -> float:
 
 def c_load(bootstrap: str, topic: str, n: int, args: argparse.Namespace,
            partitions: int) -> dict[str, float]:
-    """The C load's report (bytes, seconds, cpu_seconds) with POINT's exact arguments."""
+    """The load's report (bytes, seconds, cpu_seconds) with POINT's exact arguments."""
+    if args.load == "java":
+        r = loads.run_java_round_robin(bootstrap, topic, n, args.size, "all", partitions)
+        return {"bytes": r.mb_s * 1e6, "seconds": 1.0, "cpu_seconds": r.load_cpu_s}
     out = subprocess.run([str(loads.C_BINARY), bootstrap, topic, str(n), str(args.size), "all",
                           str(partitions), "5", str(args.chunk)],
                          capture_output=True, text=True, check=True, timeout=900)
@@ -157,7 +171,8 @@ def kafka_point(kafka: peer_kafka.KafkaBroker, p: int, r: int,
 def tree_point(tree: str, p: int, args: argparse.Namespace) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-c", POINT, tree, str(p), str(args.records), str(args.size),
-         str(args.chunk), "1" if args.nofsync else "0", str(loads.C_BINARY)],
+         str(args.chunk), "1" if args.nofsync else "0",
+         f"java:{ROOT}" if args.load == "java" else str(loads.C_BINARY)],
         capture_output=True, text=True)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if not lines:
@@ -199,11 +214,15 @@ def main() -> None:
     ap.add_argument("--nofsync", action="store_true",
                     help="Tidegate's topics with flush.messages=1e6 (Kafka's modes unchanged)")
     ap.add_argument("--tree", action="append", default=[], help="another source tree")
+    ap.add_argument("--load", choices=("c", "java"), default="c",
+                    help="c: librdkafka, one partition per Produce request; java: Kafka's "
+                    "Java producer, records to partitions in turn, every partition's batch "
+                    "in one request per broker (--chunk does not apply)")
     peer_kafka.add_peer_option(ap)
     args = ap.parse_args()
-    why = loads.unavailable("c")
+    why = loads.unavailable(args.load)
     if why is not None:
-        raise SystemExit(f"the c load is needed: {why}")
+        raise SystemExit(f"the {args.load} load is needed: {why}")
     modes, why_not = peer_kafka.wanted(args.peer)
     trees = {"this tree": str(ROOT), **{t: t for t in args.tree}}
     labels = {m: peer_kafka.MODES[m][0] for m in modes}
@@ -229,8 +248,12 @@ def main() -> None:
                         results.setdefault((p, name), []).append(point)
         finally:
             peer_kafka.stop_all(kafkas)
-    print(f"workload: {args.records} records x {args.size} B, c load (bench/load.py), "
-          f"{args.chunk} record(s) per partition in turn, acks=all, linger 5 ms, Tidegate "
+    how = (f"c load (bench/load.py, librdkafka: one partition per request), {args.chunk} "
+           "record(s) per partition in turn" if args.load == "c" else
+           "java load (Kafka's ProducerPerformance, RoundRobinPartitioner: one record per "
+           "partition in turn, all partitions' batches in one request per broker)")
+    print(f"workload: {args.records} records x {args.size} B, {how}, acks=all, linger 5 ms, "
+          "Tidegate "
           f"{'without fsync (flush.messages=1000000)' if args.nofsync else 'fsync per write'}"
           f", {args.rounds} rounds, targets rotated (median, min-max); "
           f"xNp: the target's median over its own at {min(points)} partition(s)")
