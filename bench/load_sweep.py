@@ -185,7 +185,7 @@ def print_table(results: dict[tuple[int, str], list[dict[str, float]]], targets:
                 points: list[int]) -> None:
     base = min(points)
     print(f"{'partitions':>10}  {'target':<20}{'MB/s':>22}{f'x{base}p':>7}"
-          f"{'broker us/rec':>22}{f'x{base}p':>7}{'load us/rec':>20}")
+          f"{'broker us/rec':>22}{f'x{base}p':>7}{'load us/rec':>24}")
     for p in sorted(points):
         for name in targets:
             rows = results[(p, name)]
@@ -201,7 +201,7 @@ def print_table(results: dict[tuple[int, str], list[dict[str, float]]], targets:
             base_cpu = med("broker_us", at=base)
             flat_cpu = f"{med('broker_us') / base_cpu:.2f}" if base_cpu > 0 else "-"
             print(f"{p:>10}  {name:<20}{cell('mb_s'):>22}{flat_mb:>7.2f}"
-                  f"{cell('broker_us'):>22}{flat_cpu:>7}{cell('load_us'):>20}")
+                  f"{cell('broker_us'):>22}{flat_cpu:>7}{cell('load_us'):>24}")
 
 
 def main() -> None:
