@@ -138,8 +138,9 @@ def _run_java(bootstrap: str, topic: str, n: int, size: int, acks: str,
              "batch.size": "1000000", "compression.type": "none",
              "enable.idempotence": "false", "buffer.memory": str(1 << 30),
              "max.request.size": str(1 << 24)}
-    if round_robin:
+    if round_robin:  # a batch open per partition: 1 MB each would not fit -Xmx1g at 1,000
         props["partitioner.class"] = "org.apache.kafka.clients.producer.RoundRobinPartitioner"
+        props["batch.size"] = "65536"
     argv = ["java", "-Xmx1g", "-cp", classpath, "org.apache.kafka.tools.ProducerPerformance",
             "--topic", topic, "--num-records", str(n), "--record-size", str(size),
             "--throughput", "-1", "--producer-props", *(f"{k}={v}" for k, v in props.items())]

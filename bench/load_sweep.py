@@ -251,7 +251,7 @@ def main() -> None:
     how = (f"c load (bench/load.py, librdkafka: one partition per request), {args.chunk} "
            "record(s) per partition in turn" if args.load == "c" else
            "java load (Kafka's ProducerPerformance, RoundRobinPartitioner: one record per "
-           "partition in turn, all partitions' batches in one request per broker)")
+           "partition in turn, all partitions' batches in one request per broker, 64 KiB batches)")
     print(f"workload: {args.records} records x {args.size} B, {how}, acks=all, linger 5 ms, "
           "Tidegate "
           f"{'without fsync (flush.messages=1000000)' if args.nofsync else 'fsync per write'}"
