@@ -79,7 +79,11 @@ def _controller(c: Cluster, via: int) -> int:
 
 
 def test_rolling_restart_with_controlled_shutdown(tmp_path: Path) -> None:
-    c = Cluster(tmp_path, overrides={"leader.imbalance.check.interval.seconds": "2"})
+    # percentage 0: every partition off its preferred replica counts. With Kafka's 10 %,
+    # a partition whose first election found its preferred replica not yet back in the
+    # ISR stays where it is once the others moved back (1 of ~18 is under 10 %).
+    c = Cluster(tmp_path, overrides={"leader.imbalance.check.interval.seconds": "2",
+                                     "leader.imbalance.per.broker.percentage": "0"})
     c.start()
     try:
         admin = AdminClient({"bootstrap.servers": c.bootstrap})
@@ -110,8 +114,12 @@ def test_rolling_restart_with_controlled_shutdown(tmp_path: Path) -> None:
         def produce() -> None:
             i = 0
             while not stop.is_set():
-                producer.produce(TOPIC, key=str(i).encode(), value=str(i).encode(),
-                                 on_delivery=delivered)
+                try:
+                    producer.produce(TOPIC, key=str(i).encode(), value=str(i).encode(),
+                                     on_delivery=delivered)
+                except BufferError:  # librdkafka's queue is full: acks lag the writes
+                    producer.poll(0.1)
+                    continue
                 i += 1
                 producer.poll(0)
                 if i % 100 == 0:
@@ -137,6 +145,7 @@ def test_rolling_restart_with_controlled_shutdown(tmp_path: Path) -> None:
         writer.start()
         reader.start()
         stops: list[tuple[int, float, str]] = []
+        seen_after: list[float] = []  # exit to the survivor's metadata showing the moves
         try:
             time.sleep(1.0)
             for bid in (1, 2, 3):
@@ -144,9 +153,15 @@ def test_rolling_restart_with_controlled_shutdown(tmp_path: Path) -> None:
                 t0 = time.monotonic()
                 assert c.brokers[bid].stop() == 0
                 took = time.monotonic() - t0
-                # nothing is led by the stopped broker the moment it has exited
-                leaders = _leaders(c, survivor, TOPIC)
-                assert bid not in leaders.values() and -1 not in leaders.values(), leaders
+                # nothing is led by the stopped broker once it has exited: the controller
+                # moved its leaderships before answering (the log line below), and the
+                # survivors apply the new states from ZooKeeper's watches moments later
+                # (seconds on a loaded machine: ~50 __consumer_offsets states as well)
+                t1 = time.monotonic()
+                wait_for(f"survivor {survivor} to see broker {bid}'s leaderships moved",
+                         lambda via=survivor, gone=bid: not {gone, -1} & set(
+                             _leaders(c, via, TOPIC).values()), timeout=15, every=0.05)
+                seen_after.append(time.monotonic() - t1)
                 moved = re.findall(r"controlled shutdown succeeded in (\d+) ms",
                                    "\n".join(c.brokers[bid].log_lines))
                 assert moved, "\n".join(c.brokers[bid].log_lines[-40:])
@@ -165,6 +180,8 @@ def test_rolling_restart_with_controlled_shutdown(tmp_path: Path) -> None:
         print("\nrolling restart under acks=all load: " + "; ".join(
             f"broker {b} stopped in {t:.2f} s (leaderships moved in {ms} ms)"
             for b, t, ms in stops)
+            + "; survivors saw the moves " + ", ".join(f"{x:.2f}" for x in seen_after)
+            + " s after the exit"
             + f"; {len(acked)} acknowledged; client errors: "
             + (", ".join(sorted({e.name() for e in client_errors + consumer_errors}))
                or "none"))
