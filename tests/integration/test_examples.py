@@ -81,7 +81,9 @@ def test_doc_snippet_runs(shared_broker: BrokerProcess, page: str, index: int,
     r = subprocess.run([sys.executable, "-c", code.replace("127.0.0.1:9092",
                                                           shared_broker.bootstrap)],
                        capture_output=True, text=True, env=env, timeout=90, cwd=ROOT)
-    assert r.returncode == 0, f"docs/{page} snippet {index} failed:\n{r.stderr}"
+    # the broker's last lines too: a snippet that times out says little by itself
+    assert r.returncode == 0, (f"docs/{page} snippet {index} failed:\n{r.stderr}\n"
+                               f"broker's last lines:\n" + "\n".join(shared_broker.log_lines[-40:]))
 
 
 def test_doc_tables_match_the_code() -> None:
