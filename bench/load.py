@@ -10,6 +10,11 @@ no idempotence):
   ~2.2 us when it produced record by record), compiled here on first use with the
   system's librdkafka (Debian's librdkafka-dev; `make deps-system` installs it) into
   build/bench/ (gitignored);
+- ``go``: bench/load_go/ on franz-go (github.com/twmb/franz-go), which, unlike
+  librdkafka, packs every partition's ready batch for a broker into one Produce request
+  (of at most 1 MiB, 5 in flight: the Java client's defaults); built here on first use
+  with the system's Go (`go build`, fetching its modules from the Go module proxy the
+  first time) into build/bench/; same arguments and JSON report as the c load;
 - ``java``: Kafka's own `org.apache.kafka.tools.ProducerPerformance`, from the kafka-tools
   jar that `make deps-kafka` copies into Kafka's lib folder; its
   CPU includes the JVM's start and JIT compilation (~18 us per record over 200,000);
@@ -34,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 C_SOURCE = ROOT / "bench" / "load_producer.c"
 C_BINARY = ROOT / "build" / "bench" / "load_producer"
+GO_SOURCE = ROOT / "bench" / "load_go"
+GO_BINARY = ROOT / "build" / "bench" / "load_go"
 KAFKA_LIB = ROOT / "tests" / "integration" / "kafka_oracle" / "lib"
 LOADS = ("c", "java", "python")  # cheapest first, as measured (docs/benchmarks.md)
 PRODUCER_SETTINGS = {
@@ -71,6 +78,25 @@ def _build_c() -> str | None:
     return None
 
 
+def _build_go() -> str | None:
+    """Build the go load when its binary is missing or older than its sources; None when
+    it is ready, else why not."""
+    sources = [GO_SOURCE / name for name in ("main.go", "go.mod", "go.sum")]
+    if GO_BINARY.exists() and all(GO_BINARY.stat().st_mtime >= f.stat().st_mtime
+                                  for f in sources):
+        return None
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists()
+                                else None)
+    if go is None:
+        return "no Go toolchain (go) on PATH"
+    GO_BINARY.parent.mkdir(parents=True, exist_ok=True)
+    out = subprocess.run([go, "build", "-o", str(GO_BINARY), "."], cwd=GO_SOURCE,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return f"go build failed: {out.stderr.strip()[:300]}"
+    return None
+
+
 def _java_classpath() -> str | None:
     jars = list(KAFKA_LIB.glob("*.jar"))
     if shutil.which("java") is None or not jars:
@@ -86,6 +112,8 @@ def unavailable(load: str) -> str | None:
         return None
     if load == "c":
         return _build_c()
+    if load == "go":
+        return _build_go()
     if load == "java":
         if _java_classpath() is None:
             return "Kafka's kafka-tools jar or java is missing (`make deps-kafka`)"
@@ -121,8 +149,8 @@ def _run_child(argv: list[str]) -> tuple[str, float]:
 
 
 def _run_c(bootstrap: str, topic: str, n: int, size: int, acks: str,
-           partitions: int) -> LoadResult:
-    out, cpu = _run_child([str(C_BINARY), bootstrap, topic, str(n), str(size), acks,
+           partitions: int, binary: Path = C_BINARY) -> LoadResult:
+    out, cpu = _run_child([str(binary), bootstrap, topic, str(n), str(size), acks,
                            str(partitions)])
     report = json.loads(out.strip().splitlines()[-1])
     return LoadResult(report["bytes"] / report["seconds"] / 1e6, cpu)
@@ -191,7 +219,9 @@ def run(load: str, bootstrap: str, topic: str, n: int, size: int, acks: str,
         partitions: int = 1) -> LoadResult:
     """Produce `n` records of `size` bytes to `topic` (of `partitions` partitions) with
     `load`; wait for every one. The c load sends chunks of 1,000 records to one partition
-    after the other (librdkafka's batch call: one queue lock per chunk); java and python
-    spread records by their keys' hash."""
+    after the other (librdkafka's batch call: one queue lock per chunk), go the same;
+    java and python spread records by their keys' hash."""
+    if load == "go":
+        return _run_c(bootstrap, topic, n, size, acks, partitions, GO_BINARY)
     runner = {"c": _run_c, "java": _run_java, "python": _run_python}[load]
     return runner(bootstrap, topic, n, size, acks, partitions)

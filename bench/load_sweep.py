@@ -15,7 +15,10 @@ RoundRobinPartitioner: one record per partition in turn): librdkafka sends one p
 per Produce request (so with the c load the cost that grows with partitions is the cost
 per request), the Java client puts every partition's batch for a broker into one request,
 so there the cost per partition in a request shows; the JVM's load costs far more CPU
-per record than the c load, so read its broker CPU per record, not its MB/s.
+per record than the c load, so read its broker CPU per record, not its MB/s. `--load go`
+(bench/load_go/, franz-go) packs partitions into requests as the Java client does (at
+most 1 MiB a request, 5 in flight, its defaults) at about the c load's CPU per record:
+the per-partition curve at full rate.
 `--tree DIR` (repeatable) runs the same points against other source trees too (a
 `git worktree` of an older commit with its C extension built), for before/after figures
 in one run.
@@ -32,7 +35,7 @@ round, the order rotated round by round. Before each timed load the bench calls 
 default writes back nothing itself).
 
     .venv/bin/python bench/load_sweep.py [--partitions 1,100,1000] [--records 60000]
-        [--chunk 1] [--rounds 3] [--nofsync] [--load c|java] [--tree /tmp/before]
+        [--chunk 1] [--rounds 3] [--nofsync] [--load c|go|java] [--tree /tmp/before]
         [--peer auto|none|kafka,kafka-fsync]
 """
 
@@ -112,7 +115,8 @@ def c_load(bootstrap: str, topic: str, n: int, args: argparse.Namespace,
     if args.load == "java":
         r = loads.run_java_round_robin(bootstrap, topic, n, args.size, "all", partitions)
         return {"bytes": r.mb_s * 1e6, "seconds": 1.0, "cpu_seconds": r.load_cpu_s}
-    out = subprocess.run([str(loads.C_BINARY), bootstrap, topic, str(n), str(args.size), "all",
+    binary = loads.GO_BINARY if args.load == "go" else loads.C_BINARY
+    out = subprocess.run([str(binary), bootstrap, topic, str(n), str(args.size), "all",
                           str(partitions), "5", str(args.chunk)],
                          capture_output=True, text=True, check=True, timeout=900)
     report: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -172,7 +176,8 @@ def tree_point(tree: str, p: int, args: argparse.Namespace) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-c", POINT, tree, str(p), str(args.records), str(args.size),
          str(args.chunk), "1" if args.nofsync else "0",
-         f"java:{ROOT}" if args.load == "java" else str(loads.C_BINARY)],
+         f"java:{ROOT}" if args.load == "java"
+         else str(loads.GO_BINARY if args.load == "go" else loads.C_BINARY)],
         capture_output=True, text=True)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if not lines:
@@ -214,10 +219,11 @@ def main() -> None:
     ap.add_argument("--nofsync", action="store_true",
                     help="Tidegate's topics with flush.messages=1e6 (Kafka's modes unchanged)")
     ap.add_argument("--tree", action="append", default=[], help="another source tree")
-    ap.add_argument("--load", choices=("c", "java"), default="c",
-                    help="c: librdkafka, one partition per Produce request; java: Kafka's "
-                    "Java producer, records to partitions in turn, every partition's batch "
-                    "in one request per broker (--chunk does not apply)")
+    ap.add_argument("--load", choices=("c", "go", "java"), default="c",
+                    help="c: librdkafka, one partition per Produce request; go: franz-go, "
+                    "every partition's batch in requests of up to 1 MiB per broker; java: "
+                    "Kafka's Java producer, records to partitions in turn, every partition's "
+                    "batch in one request per broker (--chunk does not apply)")
     peer_kafka.add_peer_option(ap)
     args = ap.parse_args()
     why = loads.unavailable(args.load)
@@ -250,6 +256,9 @@ def main() -> None:
             peer_kafka.stop_all(kafkas)
     how = (f"c load (bench/load.py, librdkafka: one partition per request), {args.chunk} "
            "record(s) per partition in turn" if args.load == "c" else
+           f"go load (bench/load_go, franz-go: every partition's batch in requests of up to "
+           f"1 MiB, 5 in flight), {args.chunk} record(s) per partition in turn"
+           if args.load == "go" else
            "java load (Kafka's ProducerPerformance, RoundRobinPartitioner: one record per "
            "partition in turn, all partitions' batches in one request per broker, 64 KiB batches)")
     print(f"workload: {args.records} records x {args.size} B, {how}, acks=all, linger 5 ms, "
