@@ -104,6 +104,33 @@ def test_assignment_positions_resets_and_blocking() -> None:
         a.seek(TP, -1)
 
 
+def test_records_before_a_corrupt_batch_are_handed_out_first() -> None:
+    """As Kafka's consumer: the good batches before a corrupt one are returned and the
+    next fetch starts at the corrupt batch, which raises there (so the error surfaces
+    when the position reaches it). Bad data at the fetch offset raises at once."""
+    from tidegate.client.consumer.columns import COLUMNAR, parse_partition_columns
+    from tidegate.common.errors import CorruptRecordError
+
+    bad = bytearray(data_batch(3, 3))
+    bad[-2] ^= 0x01  # CRC mismatch
+    short = b"\x00" * 8 + b"\x00\x00\x00\x05" + b"\x00" * 60  # size below a header
+    for tail in (bytes(bad), short):
+        data = data_batch(0, 3) + tail + data_batch(6, 3)
+        for fetch_offset in (0, 1):
+            pr = parse_partition_records(TP, fetch_offset, data)
+            out: list[ConsumerRecord] = []
+            assert pr.take(100, out) == 3 and pr.next_offset == 3
+            assert [r.offset for r in out] == list(range(fetch_offset, 3))
+            if COLUMNAR:
+                pc = parse_partition_columns(TP, fetch_offset, data)
+                assert pc.next_offset == 3
+        with pytest.raises(CorruptRecordError):
+            parse_partition_records(TP, 3, tail + data_batch(6, 3))
+        # a batch wholly before the fetch offset is no progress: still an error
+        with pytest.raises(CorruptRecordError):
+            parse_partition_records(TP, 3, data_batch(0, 3) + tail)
+
+
 def test_corrupt_data_raises_unless_crc_checks_are_off() -> None:
     from tidegate.common.errors import CorruptRecordError
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from tidegate.client.consumer.aborted import AbortedTransaction
 from tidegate.client.consumer.batch_walk import walk_batches
 from tidegate.client.types import ConsumerRecord, TopicPartition
+from tidegate.common.errors import CorruptRecordError, InvalidRecordError
 from tidegate.records.record import Record, decode_record_objects
 
 __all__ = [
@@ -210,7 +211,10 @@ def parse_partition_records(
 ) -> PartitionRecords:
     """Decode fetched bytes into `PartitionRecords`, dropping control batches and
     records before `fetch_offset`. A partial batch at the end (the broker cuts at the
-    fetch size) is ignored. Raises CorruptRecordError / InvalidRecordError for bad data.
+    fetch size) is ignored. Raises CorruptRecordError / InvalidRecordError for bad data
+    at the start; bad data after records past `fetch_offset` ends the records there
+    (`next_offset` is the bad batch's offset, whose fetch then raises), as Kafka's
+    consumer hands out the records before a corrupt one.
 
     `aborted` (read_committed: the fetch's aborted transactions, possibly empty) turns
     on `AbortedFilter`: batches of aborted transactions are dropped too. None
@@ -224,8 +228,14 @@ def parse_partition_records(
             tp, fetch_offset, data, check_crcs, aborted):
         # Data records are decoded as what `take` hands out, and decoded (checked)
         # even when the batch is then dropped, as before.
-        records = (_NO_CONSUMER_RECORDS if header.is_control else
-                   decode_record_objects(header, section, ConsumerRecord, topic, partition))
+        try:
+            records = (_NO_CONSUMER_RECORDS if header.is_control else
+                       decode_record_objects(header, section, ConsumerRecord, topic,
+                                             partition))
+        except (CorruptRecordError, InvalidRecordError):
+            if next_offset > fetch_offset:
+                break  # as the walk stops at a corrupt batch (`batch_walk`)
+            raise
         if before_fetch:
             continue
         next_offset = header.next_offset
