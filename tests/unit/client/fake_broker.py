@@ -129,9 +129,10 @@ class FakeBroker:
         await asyncio.sleep(self.delay_s.get(api_key, 0))
         handler = getattr(self, f"_api_{api_key}")
         data = handler(req)
-        if api_key == 1 and not any(p["records"] for t in data["responses"]
-                                    for p in t["partitions"]):
-            await asyncio.sleep(min(ms(req.max_wait), 100) / 1000)  # long poll, briefly
+        if api_key == 1 and not any(p["records"] or p["error_code"]
+                                    for t in data["responses"] for p in t["partitions"]):
+            # long poll, briefly (an error is answered at once, as a broker does)
+            await asyncio.sleep(min(ms(req.max_wait), 100) / 1000)
         if data is None:
             fut.set_result(None)
             return

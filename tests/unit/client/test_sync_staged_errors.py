@@ -36,8 +36,8 @@ BATCH_BYTES = len(build_batch([(0, b"k", b"v%05d" % 0)] * BATCH))
 
 
 class ErrorBroker(FakeGroupBroker):
-    """Answers a fetch of a partition at or past `fail_at[tp][0]` with the error code
-    `fail_at[tp][1]`, `fail_at[tp][2]` times."""
+    """Answers a fetch of a partition at an offset in [`fail_at[tp][0]`, N) with the
+    error code `fail_at[tp][1]`, `fail_at[tp][2]` times."""
 
     fail_at: dict[tuple[str, int], list[int]]
     fetches_at: dict[tuple[str, int], list[int]]  # every fetch offset asked, per partition
@@ -63,7 +63,7 @@ class ErrorBroker(FakeGroupBroker):
                           "last_stable_offset": part.next_offset, "log_start_offset": 0,
                           "aborted_transactions": [], "records": out}
                 fail = self.fail_at.get(key)
-                if fail and fail[2] > 0 and p.fetch_offset >= fail[0]:
+                if fail and fail[2] > 0 and fail[0] <= p.fetch_offset < N:
                     fail[2] -= 1
                     answer.update(error_code=fail[1], records=None)
                 parts.append(answer)
@@ -146,7 +146,7 @@ def test_corrupt_batch_surfaces_after_every_good_record(
 
 def test_offset_out_of_range_surfaces_after_every_good_record(broker: ErrorBroker) -> None:
     """auto.offset.reset=none: OffsetOutOfRangeError, at the position it was met."""
-    broker.fail_at[("oor", 0)] = [BAD, OFFSET_OUT_OF_RANGE, 1]
+    broker.fail_at[("oor", 0)] = [BAD, OFFSET_OUT_OF_RANGE, 1 << 30]  # as truncated
     tp = TopicPartition("oor", 0)
     with consumer(broker, "g-oor", auto_offset_reset="none",
                   max_partition_fetch_bytes=2 * BATCH_BYTES) as c:
@@ -163,7 +163,7 @@ def test_offset_out_of_range_surfaces_after_every_good_record(broker: ErrorBroke
 def test_offset_out_of_range_resets_only_at_the_position(broker: ErrorBroker) -> None:
     """auto.offset.reset=latest: the reset happens when the application gets there, so
     nothing before it is skipped; after it the position is the end."""
-    broker.fail_at[("oor-latest", 0)] = [BAD, OFFSET_OUT_OF_RANGE, 1]
+    broker.fail_at[("oor-latest", 0)] = [BAD, OFFSET_OUT_OF_RANGE, 1 << 30]
     tp = TopicPartition("oor-latest", 0)
     with consumer(broker, "g-oor-latest", auto_offset_reset="latest",
                   max_partition_fetch_bytes=2 * BATCH_BYTES) as c:
