@@ -9,7 +9,10 @@ The broker is `FakeGroupBroker` over TCP (the real protocol), whose log the test
 directly so batch boundaries and the bad batch are known; the application polls a
 little slower than the loop stages, so the bad fetch comes back while records are held
 (`Assignment.held`). tests/integration/test_client_staged_errors.py does the same
-against a real broker with a corrupted segment file and DeleteRecords."""
+against a real broker with a corrupted segment file and DeleteRecords.
+
+The last test, on the same exact batches, bounds the memory of staged polls: they
+count against ``queued.max.messages.kbytes``."""
 
 from __future__ import annotations
 
@@ -75,7 +78,8 @@ class ErrorBroker(FakeGroupBroker):
 @pytest.fixture(scope="module")
 def broker() -> Iterator[ErrorBroker]:
     host = LoopThread("fake-broker")
-    b = ErrorBroker(topics={"crc": 1, "crc-small": 1, "oor": 1, "oor-latest": 1, "nl": 1})
+    b = ErrorBroker(topics={"crc": 1, "crc-small": 1, "oor": 1, "oor-latest": 1, "nl": 1,
+                            "tight": 1})
     b.fail_at, b.fetches_at = {}, {}
     for topic in b.topics:
         part = b.log[(topic, 0)] = Partition()
@@ -197,3 +201,29 @@ def test_not_leader_is_retried_behind_staged_records(broker: ErrorBroker) -> Non
         assert broker.committed[("g-nl", "nl", 0)][0] == N
     assert broker.fail_at[("nl", 0)][2] == 0
     assert sum(1 for k, _ in broker.requests if k == 3) > metadata_before
+
+
+def test_staged_polls_count_against_queued_max_messages_kbytes(broker: ErrorBroker) -> None:
+    """With 1 KiB of budget and 20-record fetches, the consumer holds about three
+    fetches ahead of the application, staged or buffered, not 8 polls of 50 records
+    (the whole topic); and nothing is lost on the way."""
+    tp = TopicPartition("tight", 0)
+    with consumer(broker, "g-tight", max_poll_records=50, queued_max_messages_kbytes=1,
+                  max_partition_fetch_bytes=2 * BATCH_BYTES) as c:
+        c.assign([tp])
+        got: list[int] = []
+        deadline = time.monotonic() + 15
+        while not got:
+            assert time.monotonic() < deadline
+            got += [r.offset for r in c.poll(timeout_ms=100)]
+        time.sleep(0.5)  # the loop stages and fetches ahead as far as it may
+        fetcher = c._async._fetcher
+        assert fetcher is not None
+        st = c._async._assignment.partitions[tp]
+        end = c._loop.call(lambda: fetcher._fetch_offset(tp, st))  # fetched up to here
+        assert end is not None
+        assert 0 < end - c.position(tp) <= 120, (end, c.position(tp))
+        while len(got) < N and time.monotonic() < deadline:
+            got += [r.offset for r in c.poll(timeout_ms=100)]
+        assert got == list(range(N))
+        assert c._loop.call(lambda: fetcher.staged_bytes) == 0  # all taken, none left

@@ -13,8 +13,9 @@ A corrupt batch (or one whose records do not decode) after batches that moved pa
 the fetch offset ends the walk instead of failing it, as Kafka's consumer hands out
 the records before a corrupt one: those batches are handed out, and the partition's
 next fetch starts at the corrupt batch, so the error surfaces when the application's
-position reaches it (the decoders stop where the walk stops; `state.parse_partition_records` does the
-same for a data batch whose records do not decode).
+position reaches it (the decoders stop where the walk stops;
+`state.parse_partition_records` does the same for a data batch whose records do not
+decode).
 
 The walk is per batch, not per record (the decoders decode each batch's records
 themselves), so the generator costs one resume per batch on the consumer's hot path.

@@ -81,6 +81,12 @@ class FetchBuffer:
         # Partitions whose fetch ahead failed: fetched again once their buffer drains.
         self._no_ahead: set[TopicPartition] = set()
         self.errors: deque[BaseException] = deque()
+        # Fetched bytes whose records wait in the blocking consumer's staged polls
+        # (`staging.StagedPolls`): `Fetcher` counts them against
+        # ``queued.max.messages.kbytes`` as it counts `buffered`. `drained` adds up the
+        # bytes of the fetches it retires in `drained_bytes`, for staging to take over.
+        self.staged_bytes = 0
+        self.drained_bytes = 0
         # None: decode records as objects (poll); else as columns (poll_columns), the
         # value saying whether to decode headers too (`columns.PartitionColumns`).
         self.columns: bool | None = None
@@ -108,7 +114,9 @@ class FetchBuffer:
     def drained(self, tp: TopicPartition) -> None:
         """poll() has read all of `tp`'s buffered records (and moved its position past
         them): its next fetch, if it came ahead, takes their place."""
-        self.buffered.pop(tp, None)
+        done = self.buffered.pop(tp, None)
+        if done is not None:
+            self.drained_bytes += done.nbytes
         self._no_ahead.discard(tp)
         nxt = self._ahead.pop(tp, None)
         st = self.assignment.partitions.get(tp)

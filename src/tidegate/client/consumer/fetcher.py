@@ -15,7 +15,9 @@ broker serves the next fetch while the application reads the last one, instead o
 client idling for a round trip after each. At most one fetch per partition waits ahead,
 and none is sent while the consumer holds ``queued.max.messages.kbytes`` of fetched
 data or more (0 turns fetching ahead off): memory stays bounded by about two fetches
-per partition.
+per partition. The blocking consumer's staged polls (`staging.StagedPolls`) count as
+held: their fetches' bytes (`staged_bytes`) until the application takes them, and a
+partition with staged records is fetched only as one fetched ahead.
 
 What an answer does (which answers are stale, errors, fetched-ahead data) is
 `fetch_buffer.FetchBuffer`, this class's base, which also holds the fetched data.
@@ -170,11 +172,10 @@ class Fetcher(FetchBuffer):
         for tp in self.assignment.fetchable():
             if tp in self._fetching or tp in self._ahead:
                 continue
-            if tp in self._no_ahead and tp in self.assignment.held:
-                continue  # an error waits behind held records (`FetchBuffer.released`)
-            if tp in self.buffered:  # fetch ahead?
+            # fetch ahead of the application? (records buffered, or staged: `held`)
+            if tp in self.buffered or tp in self.assignment.held:
                 if tp in self._no_ahead:
-                    continue
+                    continue  # an error waits behind them (`FetchBuffer.released`)
                 if room is None:
                     room = self._held_bytes() < self._ahead_limit
                 if not room:
@@ -238,7 +239,7 @@ class Fetcher(FetchBuffer):
 
     def _held_bytes(self) -> int:
         return sum(pr.nbytes for pr in self.buffered.values()) + \
-            sum(pr.nbytes for pr in self._ahead.values())
+            sum(pr.nbytes for pr in self._ahead.values()) + self.staged_bytes
 
     def _draining_nodes(self) -> set[int]:
         """Brokers leading a partition whose buffered records the application is still

@@ -69,6 +69,8 @@ class _Staged:
     # `Assignment.held` once this poll is taken: each partition's start in the first
     # later staged poll that has it
     held_after: dict[TopicPartition, int]
+    # bytes of the fetches whose last records this poll holds (`FetchBuffer.staged_bytes`)
+    nbytes: int = 0
 
 
 class StagedPolls:
@@ -143,6 +145,7 @@ class StagedPolls:
                 if st is not None:
                     c._assignment.held = st.held_after
             if st is not None:
+                fetcher.staged_bytes -= st.nbytes
                 fetcher.released(tp for tp, _, _ in st.marks)
                 return st.out
             self.unstage()
@@ -164,6 +167,7 @@ class StagedPolls:
             self._notified = False
         fetcher = self._c._fetcher
         if fetcher is not None and taken:
+            fetcher.staged_bytes -= sum(st.nbytes for st in taken)
             fetcher.released(tp for st in taken for tp, _, _ in st.marks)
         return taken
 
@@ -188,6 +192,7 @@ class StagedPolls:
                 parts = c._assignment.partitions
                 before = {tp: (parts[tp], parts[tp].position) for tp in fetcher.buffered
                           if tp in parts}
+                fetcher.drained_bytes = 0
                 out = c._drainer(kind, limit)(fetcher)
             except Exception as e:  # a bug: surface it through poll() rather than lose it
                 fetcher._report(e)
@@ -205,7 +210,9 @@ class StagedPolls:
                     st.held_after = _merged(st.held_after, starts)
                 held = c._assignment.held
                 c._assignment.held = _merged(held, starts)
-                self._staged.append(_Staged(kind, limit, out, tuple(marks), {}))
+                self._staged.append(_Staged(kind, limit, out, tuple(marks), {},
+                                            fetcher.drained_bytes))
+            fetcher.staged_bytes += fetcher.drained_bytes
 
     def unstage(self) -> None:
         """Give up the staged polls: each of their partitions still as staged goes back
@@ -217,6 +224,8 @@ class StagedPolls:
         if not staged:
             return
         fetcher = self._c._fetcher
+        if fetcher is not None:
+            fetcher.staged_bytes -= sum(st.nbytes for st in staged)
         parts = self._c._assignment.partitions
         marks = {tp: (ps, epoch) for st in reversed(staged) for tp, ps, epoch in st.marks}
         for tp, (ps, epoch) in marks.items():
