@@ -149,7 +149,7 @@ def test_an_error_surfaces_on_the_next_poll_before_staged_records(
         wait_staged(c)
         fetcher = c._async._fetcher
         assert fetcher is not None
-        c._loop.call(lambda: fetcher._report(KafkaError("injected")))
+        c._loop.call(lambda: fetcher.report(KafkaError("injected")))
         with pytest.raises(KafkaError, match="injected"):
             c.poll(timeout_ms=1000)
         drain_all(c, got, N)

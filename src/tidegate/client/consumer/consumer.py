@@ -41,7 +41,8 @@ from tidegate.client.consumer.group import (  # consumer groups
     ConsumerGroupMetadata,
 )
 from tidegate.client.consumer.group_offsets import InvalidGroupIdError, OffsetAndMetadata
-from tidegate.client.consumer.positions import ConsumerPositions, PartitionLike, as_tp
+from tidegate.client.consumer.positions import PartitionLike, as_tp
+from tidegate.client.consumer.staging_host import StagingHost
 from tidegate.client.consumer.state import Assignment, PartitionRecords
 from tidegate.client.errors import ClientClosedError
 from tidegate.client.metadata import MetadataClient
@@ -65,10 +66,11 @@ PollResult = (list[ConsumerRecord] | dict[TopicPartition, list[Record]]
               | dict[TopicPartition, list[ColumnSlice]])  # what a poll of any kind returns
 
 
-class AsyncConsumer(ConsumerPositions):
+class AsyncConsumer(StagingHost):
     """See the module docstring. Use as ``async with AsyncConsumer({...}) as c:``.
-    Assignment, seeks, positions and offset lookups are in the base class
-    (`positions.ConsumerPositions`)."""
+    Assignment, seeks, positions and offset lookups are in a base class
+    (`positions.ConsumerPositions`), the blocking consumer's staging interface in
+    another (`staging_host.StagingHost`)."""
 
     def __init__(self, config: ConsumerConfig | Mapping[str, object] | None = None,
                  **overrides: object) -> None:
@@ -247,10 +249,12 @@ class AsyncConsumer(ConsumerPositions):
         if self._group is not None:
             await self._group.poll(deadline)
 
-    async def _poll_loop(self, timeout_ms: int, drain: Callable[[Fetcher], _Out]) -> _Out:
+    async def poll_with(self, timeout_ms: int, drain: Callable[[Fetcher], _Out]) -> _Out:
         """The loop of `poll`, `poll_batches` and `poll_columns`: group work, then
         `drain` (what is buffered; empty if nothing), waiting for data until
-        `timeout_ms` has passed."""
+        `timeout_ms` has passed. Public for the blocking consumer's staged polls
+        (`staging.StagedPolls`), which drain with `drainer` or hand over a staged
+        poll."""
         fetcher = self._started()
         deadline = time.monotonic() + timeout_ms / 1000
         if self._group is not None:
@@ -290,7 +294,7 @@ class AsyncConsumer(ConsumerPositions):
                 fetcher.drained(tp)
         return out
 
-    def _drainer(self, kind: str, limit: int) -> Callable[[Fetcher], PollResult]:
+    def drainer(self, kind: str, limit: int) -> Callable[[Fetcher], PollResult]:
         """What `poll` ("poll"), `poll_batches` ("batches") or `poll_columns`
         ("columns") drains, at most `limit` records; TypeError if the consumer's mode
         (`use_columns`) does not allow that kind of poll."""
@@ -309,7 +313,7 @@ class AsyncConsumer(ConsumerPositions):
         some to arrive; an empty list if none did."""
         self._no_columns("poll")
         limit = max_records or self.config.max_poll_records
-        return await self._poll_loop(timeout_ms, lambda f: self._drain(f, limit))
+        return await self.poll_with(timeout_ms, lambda f: self._drain(f, limit))
 
     async def poll_batches(self, timeout_ms: int = 1000, max_records: int | None = None
                            ) -> dict[TopicPartition, list[Record]]:
@@ -317,7 +321,7 @@ class AsyncConsumer(ConsumerPositions):
         (no per-record wrapper; `Record.timestamp` and `.offset` are absolute)."""
         self._no_columns("poll_batches")
         limit = max_records or self.config.max_poll_records
-        return await self._poll_loop(
+        return await self.poll_with(
             timeout_ms, lambda f: self._drain_parts(f, limit, _take_records))
 
     def _no_columns(self, what: str) -> None:
@@ -345,7 +349,7 @@ class AsyncConsumer(ConsumerPositions):
         if self._columns is None:
             raise TypeError("call use_columns() before poll_columns()")
         limit = max_records or self.config.max_poll_records
-        return await self._poll_loop(
+        return await self.poll_with(
             timeout_ms, lambda f: self._drain_parts(f, limit, _take_columns))
 
     def __aiter__(self) -> AsyncConsumer:

@@ -138,7 +138,8 @@ class FetchBuffer:
         queued = self._ahead.get(tp) or self.buffered.get(tp)
         return queued.next_offset if queued is not None else st.position
 
-    def _report(self, exc: BaseException) -> None:
+    def report(self, exc: BaseException) -> None:
+        """Queue `exc` for `poll()` to raise."""
         self.errors.append(exc)
         self.data_ready.set()
 
@@ -195,7 +196,7 @@ class FetchBuffer:
                             continue
                         # As Kafka's consumer: raise from poll until the app seeks past.
                         st.blocked = True
-                        self._report(
+                        self.report(
                             type(e)(
                                 f"{tp.topic}-{tp.partition} at offset {fetch_offset}: {e}; "
                                 "seek() past the bad record to continue"
@@ -213,7 +214,7 @@ class FetchBuffer:
                 elif code in REFRESH_ERRORS:
                     self.metadata.cache.request_update()
                 elif not code.retriable:
-                    self._report(
+                    self.report(
                         error_for_code(
                             code.value, f"fetching {tp.topic}-{tp.partition}: {code.name.upper()}"
                         )
@@ -227,7 +228,7 @@ class FetchBuffer:
         """OFFSET_OUT_OF_RANGE at the position: reset per ``auto.offset.reset``."""
         strategy = self.config.auto_offset_reset
         if strategy == "none":
-            self._report(
+            self.report(
                 OffsetOutOfRangeError(
                     f"fetch offset {offset} is out of range for {tp.topic}-{tp.partition} and "
                     "auto.offset.reset=none; seek() to a valid offset"

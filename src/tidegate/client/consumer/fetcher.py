@@ -109,12 +109,12 @@ class Fetcher(FetchBuffer):
                 raise
             except KafkaError as e:
                 if not e.retriable:
-                    self._report(e)
+                    self.report(e)
                 log.debug("fetcher: %s", e)
                 delay = backoff
             except Exception as e:  # a bug: surface it through poll() rather than hang
                 log.exception("consumer fetcher crashed")
-                self._report(e)
+                self.report(e)
                 delay = backoff
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
@@ -133,7 +133,7 @@ class Fetcher(FetchBuffer):
             if where is None:
                 if strategy == "none":
                     st.blocked = True
-                    self._report(
+                    self.report(
                         NoOffsetForPartitionError(
                             f"{tp.topic}-{tp.partition} has no position and "
                             "auto.offset.reset=none; seek() to an offset or set "
@@ -337,7 +337,7 @@ class Fetcher(FetchBuffer):
             log.debug("fetch from broker %d failed: %s", node, e)
             self.metadata.cache.request_update()
             if not e.retriable:
-                self._report(e)
+                self.report(e)
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
         finally:
             self._fetching.difference_update(tps)

@@ -32,7 +32,10 @@ Correctness rests on these rules:
   record), so a `take` and an `unstage` never both get one.
 
 Only the blocking facade uses this: its `AsyncConsumer` is private to it, so nothing
-else polls the same consumer.
+else polls the same consumer. Of the consumer it uses only the staging interface
+(`staging_host.StagingHost`, `AsyncConsumer.drainer` and `AsyncConsumer.poll_with`);
+of the fetcher its data (`buffered`, `errors`) and the hooks made for staging
+(`released`, `on_data`, `staged_bytes`, `drained_bytes`, `discard`, `wakeup`).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ MAX_STAGED = 8
 
 @dataclass(slots=True)
 class _Staged:
-    kind: str  # "poll", "batches" or "columns" (`AsyncConsumer._drainer`)
+    kind: str  # "poll", "batches" or "columns" (`AsyncConsumer.drainer`)
     limit: int
     out: PollResult
     marks: tuple[tuple[TopicPartition, PartitionState, int], ...]  # (tp, state, epoch)
@@ -79,6 +82,7 @@ class StagedPolls:
 
     def __init__(self, consumer: AsyncConsumer, loop: asyncio.AbstractEventLoop) -> None:
         self._c = consumer
+        self._assignment = consumer.staging_assignment
         self._loop = loop
         self._lock = threading.Lock()  # guards the next four
         self._staged: deque[_Staged] = deque()
@@ -91,7 +95,7 @@ class StagedPolls:
     def _valid(self, st: _Staged, kind: str, limit: int) -> bool:
         if st.kind != kind or st.limit != limit:
             return False
-        parts = self._c._assignment.partitions
+        parts = self._assignment.partitions
         for tp, ps, epoch in st.marks:
             if parts.get(tp) is not ps or ps.epoch != epoch or ps.paused:
                 return False
@@ -103,23 +107,22 @@ class StagedPolls:
         """The next staged poll if it may be handed out now, else None (poll on the
         loop)."""
         c = self._c
-        fetcher, group = c._fetcher, c._group
+        fetcher = c.staging_fetcher()
         if not self._staged or self.closed or fetcher is None or fetcher.errors:
             return None
-        if group is not None and (group.wakeup.is_set() or
-                                  time.monotonic() - self._group_work_at > GROUP_WORK_S):
+        if c.in_group and (c.group_work_waits() or
+                           time.monotonic() - self._group_work_at > GROUP_WORK_S):
             return None
         with self._lock:
             if not self._staged or not self._valid(self._staged[0], kind, limit):
                 return None
             st = self._staged.popleft()
-            c._assignment.held = st.held_after
+            self._assignment.held = st.held_after
             self._taken.append(st)
             # the loop is woken when half the staged polls are gone, not for each
             notify = not self._notified and len(self._staged) <= MAX_STAGED // 2
             self._notified |= notify
-        if group is not None:
-            group.polled()
+        c.group_polled()
         if notify:
             self._loop.call_soon_threadsafe(self._on_taken)
         return st.out
@@ -130,9 +133,9 @@ class StagedPolls:
         """A poll on the loop: `AsyncConsumer`'s, handing over the next staged poll if
         it is still valid after the group work; then polls are staged again."""
         c = self._c
-        normal = c._drainer(kind, limit)
+        normal = c.drainer(kind, limit)
         self._last = (kind, limit)
-        fetcher = c._started()
+        fetcher = c.started_fetcher()
         if fetcher.on_data is None:  # stage as soon as data arrives, too
             fetcher.on_data = self._on_data
 
@@ -143,7 +146,7 @@ class StagedPolls:
                 st = self._staged.popleft() if self._staged and \
                     self._valid(self._staged[0], kind, limit) else None
                 if st is not None:
-                    c._assignment.held = st.held_after
+                    self._assignment.held = st.held_after
             if st is not None:
                 fetcher.staged_bytes -= st.nbytes
                 fetcher.released(tp for tp, _, _ in st.marks)
@@ -151,7 +154,7 @@ class StagedPolls:
             self.unstage()
             return normal(fetcher)
 
-        out: PollResult = await c._poll_loop(timeout_ms, drain)  # type: ignore[type-var]
+        out: PollResult = await c.poll_with(timeout_ms, drain)  # type: ignore[type-var]
         if out:  # staged once the application has its answer (two turns of the loop)
             self._loop.call_soon(self._loop.call_soon, self.stage, kind, limit)
         return out
@@ -165,7 +168,7 @@ class StagedPolls:
         with self._lock:
             taken, self._taken = self._taken, []
             self._notified = False
-        fetcher = self._c._fetcher
+        fetcher = self._c.staging_fetcher()
         if fetcher is not None and taken:
             fetcher.staged_bytes -= sum(st.nbytes for st in taken)
             fetcher.released(tp for st in taken for tp, _, _ in st.marks)
@@ -180,22 +183,21 @@ class StagedPolls:
         """Drain polls ahead (up to `MAX_STAGED`), if there is data and nothing in the
         way."""
         c = self._c
-        fetcher, group = c._fetcher, c._group
+        fetcher = c.staging_fetcher()
         while len(self._staged) < MAX_STAGED:
-            if self.closed or c._closed or fetcher is None or fetcher.errors or \
-                    not fetcher.buffered or (group is not None and group.wakeup.is_set()) \
-                    or (kind == "columns") != (c._columns is not None):
+            if self.closed or fetcher is None or fetcher.errors or not fetcher.buffered \
+                    or c.group_work_waits() or (kind == "columns") != c.reads_columns:
                 return
             if self._staged and (self._staged[-1].kind, self._staged[-1].limit) != (kind, limit):
                 return
             try:
-                parts = c._assignment.partitions
+                parts = self._assignment.partitions
                 before = {tp: (parts[tp], parts[tp].position) for tp in fetcher.buffered
                           if tp in parts}
                 fetcher.drained_bytes = 0
-                out = c._drainer(kind, limit)(fetcher)
+                out = c.drainer(kind, limit)(fetcher)
             except Exception as e:  # a bug: surface it through poll() rather than lose it
-                fetcher._report(e)
+                fetcher.report(e)
                 return
             if not out:  # positions moved past control or aborted batches only, as a
                 return   # poll's drain moves them
@@ -208,8 +210,7 @@ class StagedPolls:
             with self._lock:
                 for st in self._staged:  # earlier staged polls hold their starts first
                     st.held_after = _merged(st.held_after, starts)
-                held = c._assignment.held
-                c._assignment.held = _merged(held, starts)
+                self._assignment.held = _merged(self._assignment.held, starts)
                 self._staged.append(_Staged(kind, limit, out, tuple(marks), {},
                                             fetcher.drained_bytes))
             fetcher.staged_bytes += fetcher.drained_bytes
@@ -219,14 +220,14 @@ class StagedPolls:
         to where the application is (its fetched data is dropped and fetched again)."""
         with self._lock:
             staged, self._staged = self._staged, deque()
-            held = self._c._assignment.held
-            self._c._assignment.held = {}
+            held = self._assignment.held
+            self._assignment.held = {}
         if not staged:
             return
-        fetcher = self._c._fetcher
+        fetcher = self._c.staging_fetcher()
         if fetcher is not None:
             fetcher.staged_bytes -= sum(st.nbytes for st in staged)
-        parts = self._c._assignment.partitions
+        parts = self._assignment.partitions
         marks = {tp: (ps, epoch) for st in reversed(staged) for tp, ps, epoch in st.marks}
         for tp, (ps, epoch) in marks.items():
             if tp in held and parts.get(tp) is ps and ps.epoch == epoch:
