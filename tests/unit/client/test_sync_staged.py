@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tidegate.client import Consumer, Producer, TopicPartition
+from tidegate.client.consumer import staging
 from tidegate.client.loop_thread import LoopThread
 from tidegate.common.errors import KafkaError
 
@@ -180,9 +181,29 @@ def test_fast_polls_tell_the_group_the_application_polls(broker: FakeGroupBroker
         assert group is not None
         before = time.monotonic()
         time.sleep(0.01)
-        c._staged._group_work_at = time.monotonic()  # within GROUP_WORK_S of group work
+        c._staged._take_until = time.monotonic() + 1  # as just after group work
         assert c._staged.take("poll", 10) is not None  # taken here, not on the loop
         assert group._last_poll >= before
+
+
+def test_auto_commit_runs_on_time_while_polls_are_taken_staged(
+        broker: FakeGroupBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The auto-commit runs in a poll on the loop: once it is due, a staged poll is
+    not taken (the poll goes to the loop, which commits), however long ago the last
+    group work was (GROUP_WORK_S is 10 s here)."""
+    monkeypatch.setattr(staging, "GROUP_WORK_S", 10.0)
+    with consumer(broker, group_id="g-auto", auto_commit_interval_ms=40) as c:
+        c.assign([TP0])
+        first_poll(c)  # the group work ran on the loop then
+        at = time.monotonic()
+        wait_staged(c, 2)
+        time.sleep(max(0.0, at + 0.05 - time.monotonic()))  # the commit is due now
+        assert c._staged.take("poll", 10) is None
+        assert offsets(c.poll(timeout_ms=1000), TP0) == list(range(10, 20))  # on the loop
+        deadline = time.monotonic() + 2
+        while broker.committed.get(("g-auto", "t", 0), (0,))[0] < 10:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
 
 
 def test_revoked_partitions_are_never_returned_and_nothing_is_lost(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -142,6 +143,14 @@ class ConsumerCoordinator(RebalanceSteps):
         """The application polled without the loop (the blocking consumer's staged
         poll, `staging`): one float store, safe from the application's thread."""
         self._last_poll = time.monotonic()
+
+    def timed_work_at(self) -> float:
+        """When a poll next has timed group work to do (the auto-commit, a pattern
+        subscription's topic scan), as of the last poll; inf if none."""
+        at = self.commits.next_auto_commit if self.config.enable_auto_commit else math.inf
+        if self.subscription.active and self.subscription.has_patterns:
+            at = min(at, self._next_topic_scan)
+        return at
 
     async def poll(self, deadline: float) -> None:
         """Advance group membership; see the module docstring. Raises fatal group

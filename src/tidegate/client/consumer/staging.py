@@ -18,9 +18,11 @@ Correctness rests on these rules:
 - A staged poll records each drained partition's `PartitionState` and epoch. `take`
   refuses it (the poll then goes to the loop) if one of them was unassigned,
   sought, reset or paused since, if an error waits for the application, if the
-  group has work (its wake-up is set), or if the loop has not run a poll's group
-  work for `GROUP_WORK_S` (auto-commit, topic scans: they run only in a poll on the
-  loop); `take` tells the group the application polled (`polled`, for
+  group has work (its wake-up is set), once timed group work is due (the
+  auto-commit, a topic scan: they run only in a poll on the loop, so they run on
+  time), or if the loop has not run a poll's group work for `GROUP_WORK_S` (the
+  checks every poll makes, such as a partition count changed in the metadata);
+  `take` tells the group the application polled (`polled`, for
   ``max.poll.interval.ms``).
 - A poll on the loop (`poll`) runs the group work first, then hands over the next
   staged poll if it is still valid; else `unstage` drops them all and puts the
@@ -28,6 +30,11 @@ Correctness rests on these rules:
   buffered data is fetched again). The facade calls `unstage` before every
   operation that changes what the next poll returns (seek, pause, assign,
   unsubscribe, use_columns).
+- Memory: a staged poll that drained a fetch to its end carries that fetch's bytes
+  (`FetchBuffer.drained_bytes`) in `FetchBuffer.staged_bytes` until the application
+  has it (`_release_taken`, or handed over / dropped on the loop), so the fetcher's
+  ``queued.max.messages.kbytes`` budget covers staged records too; a partition with
+  staged records (`held`) is fetched again only as a fetch ahead (within the budget).
 - The staged polls and `held` change under a lock (once per poll, never per
   record), so a `take` and an `unstage` never both get one.
 
@@ -59,7 +66,8 @@ GROUP_WORK_S = 0.1
 # Polls staged ahead at most: the application takes several before the loop stages
 # again (the loop waits for the GIL, which a busy application thread keeps for up to
 # the switch interval, 5 ms): 4 left a quarter of the polls to the loop at 100 B, 8
-# an eighth. Memory: up to this many polls' records on top of the fetch buffer.
+# an eighth. Memory: the staged polls count against ``queued.max.messages.kbytes``
+# (`FetchBuffer.staged_bytes`: each fetch's bytes until its last records are taken).
 MAX_STAGED = 8
 
 
@@ -88,7 +96,9 @@ class StagedPolls:
         self._staged: deque[_Staged] = deque()
         self._taken: list[_Staged] = []  # taken on the application's thread, not yet seen
         self._notified = False  # `_on_taken` is scheduled
-        self._group_work_at = 0.0  # when a poll on the loop last ran the group work
+        # until when a staged poll may be taken without the group work of a poll on
+        # the loop: GROUP_WORK_S after the last, or the group's timed work if sooner
+        self._take_until = 0.0
         self._last: tuple[str, int] | None = None  # the last poll's kind and limit
         self.closed = False
 
@@ -111,7 +121,7 @@ class StagedPolls:
         if not self._staged or self.closed or fetcher is None or fetcher.errors:
             return None
         if c.in_group and (c.group_work_waits() or
-                           time.monotonic() - self._group_work_at > GROUP_WORK_S):
+                           time.monotonic() > self._take_until):
             return None
         with self._lock:
             if not self._staged or not self._valid(self._staged[0], kind, limit):
@@ -140,7 +150,8 @@ class StagedPolls:
             fetcher.on_data = self._on_data
 
         def drain(fetcher: Fetcher) -> PollResult:
-            self._group_work_at = time.monotonic()
+            self._take_until = min(time.monotonic() + GROUP_WORK_S,
+                                   c.group_timed_work_at())
             self._release_taken()
             with self._lock:
                 st = self._staged.popleft() if self._staged and \

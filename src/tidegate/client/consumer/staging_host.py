@@ -10,6 +10,8 @@ reads no private attribute of the consumer; `AsyncConsumer.drainer` and
 
 from __future__ import annotations
 
+import math
+
 from tidegate.client.consumer.fetcher import Fetcher
 from tidegate.client.consumer.positions import ConsumerPositions
 from tidegate.client.consumer.state import Assignment
@@ -45,6 +47,11 @@ class StagingHost(ConsumerPositions):
     def group_work_waits(self) -> bool:
         """The group has work for the next poll on the loop (a rebalance step)."""
         return self._group is not None and self._group.wakeup.is_set()
+
+    def group_timed_work_at(self) -> float:
+        """When a poll on the loop next has timed group work (`ConsumerCoordinator.
+        timed_work_at`: auto-commit, topic scans); inf without a group."""
+        return math.inf if self._group is None else self._group.timed_work_at()
 
     def group_polled(self) -> None:
         """The application polled without the loop (for ``max.poll.interval.ms``)."""
