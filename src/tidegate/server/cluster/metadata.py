@@ -226,11 +226,14 @@ class MetadataWatcher(WatchLoop):
             topic_names |= set(names) if resync else set(names) - set(self.md.topics)
         for name in sorted(topic_names):
             changed |= await self._read_topic(name, resync)
-        for tp in sorted(states - changed):
-            if tp[0] in self.md.topics:
-                vs = await self.reads.state(tp, self._watch(("state", *tp)))
-                if self.md.set_state(tp, vs):
-                    changed.add(tp)
+        # read at once, not one round trip after the other: a broker's controlled
+        # shutdown or a preferred election changes ~50 states (__consumer_offsets)
+        pending = [tp for tp in sorted(states - changed) if tp[0] in self.md.topics]
+        for tp, vs in zip(pending, await asyncio.gather(
+                *(self.reads.state(tp, self._watch(("state", *tp))) for tp in pending)),
+                strict=True):
+            if self.md.set_state(tp, vs):
+                changed.add(tp)
         if changed:
             await self.on_partitions([self._change(tp) for tp in sorted(changed)])
         self.synced.set()
