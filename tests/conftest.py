@@ -16,6 +16,8 @@ someone decides otherwise.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 LIGHT_MODULES = frozenset({
@@ -62,3 +64,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = path.stem
         group = module if module in LIGHT_MODULES else "serial"
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+# Where `make test`'s time goes: the seconds of setup, call and teardown summed per
+# worker and for the serial lane, printed at the end, so that a lane that became the
+# long pole shows in the CI log.
+_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # xdist's controller: the worker that ran it
+    gateway = getattr(node, "gateway", None)
+    worker = str(getattr(gateway, "id", "this process"))
+    _SECONDS[worker] = _SECONDS.get(worker, 0.0) + report.duration
+    path = report.nodeid.split("::")[0]
+    if path.startswith("tests/integration/") and Path(path).stem not in LIGHT_MODULES:
+        _SECONDS["serial lane"] = _SECONDS.get("serial lane", 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _SECONDS:
+        terminalreporter.write_line("test seconds: " + ", ".join(
+            f"{name} {secs:.0f}" for name, secs in sorted(_SECONDS.items())))
