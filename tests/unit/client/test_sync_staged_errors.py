@@ -139,7 +139,10 @@ def test_corrupt_batch_surfaces_after_every_good_record(
         assert c.position(tp) == BAD
         c.commit()
         assert broker.committed[(f"g-{topic}", topic, 0)][0] == BAD
-        assert c.poll(timeout_ms=300) == [] and c.position(tp) == BAD  # blocked there
+        for _ in range(2):  # as Kafka's consumer: the same error each poll until a seek
+            with pytest.raises(CorruptRecordError, match=f"offset {BAD}"):
+                c.poll(timeout_ms=300)
+            assert c.position(tp) == BAD
         c.seek(tp, BAD + BATCH)
         rest: list[int] = []
         deadline = time.monotonic() + 10
@@ -162,6 +165,15 @@ def test_offset_out_of_range_surfaces_after_every_good_record(broker: ErrorBroke
         assert c.position(tp) == BAD
         c.commit()
         assert broker.committed[("g-oor", "oor", 0)][0] == BAD
+        for _ in range(2):  # again each poll until a seek, as Kafka's consumer
+            with pytest.raises(OffsetOutOfRangeError, match=f"offset {BAD}"):
+                c.poll(timeout_ms=300)
+        c.seek(tp, 0)  # a seek clears it: records again
+        deadline = time.monotonic() + 10
+        first: list[int] = []
+        while not first and time.monotonic() < deadline:
+            first = [r.offset for r in c.poll(timeout_ms=100)]
+        assert first[:1] == [0]
 
 
 def test_offset_out_of_range_resets_only_at_the_position(broker: ErrorBroker) -> None:

@@ -143,6 +143,12 @@ class FetchBuffer:
         self.errors.append(exc)
         self.data_ready.set()
 
+    def _block(self, tp: TopicPartition, exc: BaseException) -> None:
+        """Stop `tp` on `exc`: raised by this poll and every next one until a seek
+        (`Assignment.block`)."""
+        self.assignment.block(tp, exc)
+        self.data_ready.set()
+
     def _handle(self, resp: Any, offsets: dict[TopicPartition, Sent]) -> None:
         """Read one Fetch answer (to the request whose offsets are `offsets`) into
         `buffered` / `_ahead` / `errors`, per the module docstring."""
@@ -195,13 +201,9 @@ class FetchBuffer:
                             self._no_ahead.add(tp)
                             continue
                         # As Kafka's consumer: raise from poll until the app seeks past.
-                        st.blocked = True
-                        self.report(
-                            type(e)(
-                                f"{tp.topic}-{tp.partition} at offset {fetch_offset}: {e}; "
-                                "seek() past the bad record to continue"
-                            )
-                        )
+                        self._block(tp, type(e)(
+                            f"{tp.topic}-{tp.partition} at offset {fetch_offset}: {e}; "
+                            "seek() past the bad record to continue"))
                         continue
                     if records.next_offset > fetch_offset:
                         if ahead:
@@ -228,13 +230,9 @@ class FetchBuffer:
         """OFFSET_OUT_OF_RANGE at the position: reset per ``auto.offset.reset``."""
         strategy = self.config.auto_offset_reset
         if strategy == "none":
-            self.report(
-                OffsetOutOfRangeError(
-                    f"fetch offset {offset} is out of range for {tp.topic}-{tp.partition} and "
-                    "auto.offset.reset=none; seek() to a valid offset"
-                )
-            )
-            self.assignment.partitions[tp].blocked = True
+            self._block(tp, OffsetOutOfRangeError(
+                f"fetch offset {offset} is out of range for {tp.topic}-{tp.partition} and "
+                "auto.offset.reset=none; seek() to a valid offset"))
             return
         log.info(
             "offset %d out of range for %s-%d; resetting to %s",

@@ -132,14 +132,10 @@ class Fetcher(FetchBuffer):
             where = st.reset_to
             if where is None:
                 if strategy == "none":
-                    st.blocked = True
-                    self.report(
-                        NoOffsetForPartitionError(
-                            f"{tp.topic}-{tp.partition} has no position and "
-                            "auto.offset.reset=none; seek() to an offset or set "
-                            "auto.offset.reset to earliest or latest"
-                        )
-                    )
+                    self._block(tp, NoOffsetForPartitionError(
+                        f"{tp.topic}-{tp.partition} has no position and "
+                        "auto.offset.reset=none; seek() to an offset or set "
+                        "auto.offset.reset to earliest or latest"))
                     continue
                 where = EARLIEST if strategy == "earliest" else LATEST
             query[tp] = where

@@ -16,6 +16,7 @@ it is declared here for the type checker.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 
 from tidegate.client.config import ConsumerConfig
@@ -54,6 +55,10 @@ class ConsumerPositions:
     def _raise_pending(self) -> None:
         if self._fetcher is not None and self._fetcher.errors:
             raise self._fetcher.errors.popleft()
+        if self._assignment.errors:  # a stopped partition: again each poll until a seek
+            error = self._assignment.pending_error()
+            if error is not None:
+                raise copy.copy(error)  # a fresh traceback each time
 
     # -- manual assignment -------------------------------------------------------------
 

@@ -118,7 +118,8 @@ class StagedPolls:
         loop)."""
         c = self._c
         fetcher = c.staging_fetcher()
-        if not self._staged or self.closed or fetcher is None or fetcher.errors:
+        if (not self._staged or self.closed or fetcher is None or fetcher.errors
+                or self._assignment.errors):  # a stopped partition raises on the loop
             return None
         if c.in_group and (c.group_work_waits() or
                            time.monotonic() > self._take_until):
@@ -196,7 +197,8 @@ class StagedPolls:
         c = self._c
         fetcher = c.staging_fetcher()
         while len(self._staged) < MAX_STAGED:
-            if self.closed or fetcher is None or fetcher.errors or not fetcher.buffered \
+            if self.closed or fetcher is None or fetcher.errors or self._assignment.errors \
+                    or not fetcher.buffered \
                     or c.group_work_waits() or (kind == "columns") != c.reads_columns:
                 return
             if self._staged and (self._staged[-1].kind, self._staged[-1].limit) != (kind, limit):

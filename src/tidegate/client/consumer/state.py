@@ -66,11 +66,19 @@ class Assignment:
     `held`: partitions whose records were drained ahead of the application's poll
     (the blocking consumer's staged poll, `staging.StagedPolls`) and not yet handed
     to it, with the position each had before; their `position` is already past those
-    records, `consumed(tp)` is what commits and `position()` use. Always rebound,
-    never changed in place (another thread reads it)."""
+    records, `consumed(tp)` is what commits and `position()` use.
+
+    `errors`: partitions stopped by an error the application must act on (a corrupt
+    batch at its position, no valid offset under ``auto.offset.reset=none``): poll()
+    raises it again each time, as Kafka's consumer does, until a seek or reset of the
+    partition (or its leaving the assignment) clears it (`block`).
+
+    `held` and `errors` are always rebound, never changed in place (another thread
+    reads them)."""
 
     partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     held: dict[TopicPartition, int] = field(default_factory=dict)
+    errors: dict[TopicPartition, BaseException] = field(default_factory=dict)
 
     def consumed(self, tp: TopicPartition, st: PartitionState) -> int | None:
         """The position of the next record the application has not been handed."""
@@ -79,6 +87,22 @@ class Assignment:
     def _unhold(self, tp: TopicPartition) -> None:
         if tp in self.held:
             self.held = {k: v for k, v in self.held.items() if k != tp}
+        if tp in self.errors:
+            self.errors = {k: v for k, v in self.errors.items() if k != tp}
+
+    def block(self, tp: TopicPartition, error: BaseException) -> None:
+        """Stop fetching `tp` until a seek or reset; poll() raises `error` meanwhile."""
+        self.state(tp).blocked = True
+        self.errors = {**self.errors, tp: error}
+
+    def pending_error(self) -> BaseException | None:
+        """The error of a stopped partition that is not paused (paused partitions are
+        not read, so their errors wait), else None."""
+        for tp, error in self.errors.items():
+            st = self.partitions.get(tp)
+            if st is not None and not st.paused:
+                return error
+        return None
 
     def assign(self, tps: Iterable[TopicPartition]) -> None:
         """Replace the assignment, keeping the state of partitions that stay."""
@@ -87,6 +111,9 @@ class Assignment:
         if self.held:
             self.held = {tp: p for tp, p in self.held.items()
                          if self.partitions.get(tp) is old.get(tp)}
+        if self.errors:
+            self.errors = {tp: e for tp, e in self.errors.items()
+                           if self.partitions.get(tp) is old.get(tp)}
 
     def state(self, tp: TopicPartition) -> PartitionState:
         st = self.partitions.get(tp)
