@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tidegate.protocol import frame_buffer
+from tidegate.protocol.frame_buffer import size_class
 from tidegate.protocol.framing import FrameTooLargeError
 from tidegate.server import frame_stream
 from tidegate.server.frame_stream import BIG_FRAME, SCRATCH, BufferPool, FrameProtocol
@@ -124,7 +125,7 @@ def test_pooled_buffers_are_reused_only_once_nothing_holds_them(seed: int) -> No
             del frames, f
             for view, want in kept:  # no later frame was written over a held one
                 assert bytes(view) == want
-        ids_before = {id(b) for b in pool._bufs}
+        ids_before = {id(b) for b in pool.buffers}
         kept.clear()
         payload = rng.randbytes(290_000)  # over the scratch: read in place, pooled
         _deliver(p, _frame(payload), rng)
@@ -146,24 +147,40 @@ def test_pool_keeps_at_most_its_bytes_and_skips_exported_buffers() -> None:
     assert id(pool.take(BIG_FRAME)) != a_id  # still exported
     assert (pool.hits, pool.misses) == (0, 2)
     del view
-    a = pool.take(BIG_FRAME)
+    a = pool.take(BIG_FRAME - 1)  # the same size class
     assert id(a) == a_id
     assert (pool.hits, pool.misses) == (1, 2)
     assert pool.take(BIG_FRAME * 3) is not a  # (a is out of the pool now anyway)
     bufs = [bytearray(BIG_FRAME) for _ in range(6)]
     for b in bufs:
         pool.give(b)
-    assert sum(map(len, pool._bufs)) <= 4 * BIG_FRAME
-    assert pool._bufs[-1] is bufs[-1]  # the oldest went first
+    assert sum(map(len, pool.buffers)) <= 4 * BIG_FRAME
+    assert pool.buffers[-1] is bufs[-1] and pool.buffers[0] is bufs[2]  # the oldest went
     pool.give(bytearray(2 * BIG_FRAME))  # over a quarter of max_bytes: not kept
-    assert all(len(b) == BIG_FRAME for b in pool._bufs)
-    assert len(pool.take(BIG_FRAME // 2 - 1)) == BIG_FRAME // 2 - 1  # none over twice the size
+    assert all(len(b) == BIG_FRAME for b in pool.buffers)
+    # a frame of another class gets a new buffer, of its class's length
+    assert len(pool.take(BIG_FRAME + 1)) == size_class(BIG_FRAME + 1) > BIG_FRAME + 1
+
+
+def test_size_classes_fit_and_waste_at_most_a_quarter() -> None:
+    for size in [*range(BIG_FRAME, BIG_FRAME + 5000), *random.Random(3).sample(
+            range(BIG_FRAME, 64 << 20), 5000), 1 << 20, (1 << 20) + 1]:
+        cls = size_class(size)
+        assert size <= cls <= size * 1.25 and size_class(cls) == cls
+    pool = BufferPool()
+    odd = bytearray(100_000)  # not of a class (not made by take): filed under one it holds
+    odd_id = id(odd)
+    pool.give(odd)
+    del odd
+    got = pool.take(size_class(90_000))
+    assert id(got) == odd_id and len(got) == 100_000 >= size_class(90_000)
 
 
 def test_pool_passes_over_buffers_held_elsewhere_without_probing_them() -> None:
     """A buffer something still references (a frame's view keeps one) is skipped on its
     reference count: not resized (the probe's refused resize raises and is caught, the
-    cost this check saves), and not handed out even when nothing exports it."""
+    cost this check saves), and not handed out even when nothing exports it; a take
+    looks at PROBES buffers at most, oldest first, and moves the held ones back."""
     pool = BufferPool()
     held = [bytearray(BIG_FRAME) for _ in range(50)]
     views = [memoryview(b) for b in held]
@@ -181,10 +198,12 @@ def test_pool_passes_over_buffers_held_elsewhere_without_probing_them() -> None:
         del views  # still referenced by `held` (not exported): passed over all the same
         assert all(pool.take(BIG_FRAME) is not b for b in held)
         assert probed == []
-        free_id = id(held[7])
-        del held[7]  # only the pool holds it now: probed, then handed out
+        assert pool.buffers[0] is held[0]  # 100 takes x PROBES: back to the first
+        free_id = id(held[2])
+        del held[2]  # only the pool holds it now: probed, then handed out
         assert id(pool.take(BIG_FRAME)) == free_id
         assert len(probed) == 1
+        assert pool.buffers[:2] == held[:2][::-1] or pool.buffers[-2:] == held[:2]
 
 
 def test_frames_over_the_upfront_limit_are_collected(monkeypatch: pytest.MonkeyPatch) -> None:
