@@ -46,8 +46,8 @@ _SIZE = struct.Struct(">i")
 
 
 def _head_refs(free: collections.deque[bytearray]) -> int:
-    """`sys.getrefcount` of the buffer at the head of a pool's queue, seen from here (the
-    queue, this function's variable, the call's argument). `_POOLED_REFS` is this
+    """`sys.getrefcount` of the buffer at the head of a pool's queue, seen as
+    `BufferPool.take` sees it (the queue, a local variable, the call's argument). `_POOLED_REFS` is this
     function's answer for a buffer only the queue holds; more means something else holds
     it, a memoryview of a frame in particular (a view keeps a reference to the object it
     exports). Measured, not assumed, so that another interpreter's counting at worst
@@ -110,15 +110,18 @@ class BufferPool:
         return [buf for free in self._free.values() for buf in free]
 
     def take(self, size: int) -> bytearray:
-        cls = size_class(size)
+        step = 1 << max(size.bit_length() - 3, 0)  # size_class, inline (once per frame)
+        cls = -(-size // step) * step
         free = self._free.get(cls)
         if free:
-            for _ in range(min(len(free), PROBES)):
+            for _ in range(PROBES if len(free) > PROBES else len(free)):
                 # a buffer still referenced elsewhere (held by a frame's view) is passed
                 # over at the cost of a refcount, not a refused resize (a BufferError
-                # raised and caught, ~1 us); the resize probe still decides for the others
-                if _head_refs(free) <= _POOLED_REFS and _unexported(free[0]):
-                    buf = free.popleft()
+                # raised and caught, ~1 us); the resize probe still decides for the
+                # others. (`_head_refs` counts the same way: the queue, `buf`, the call.)
+                buf = free[0]
+                if sys.getrefcount(buf) <= _POOLED_REFS and _unexported(buf):
+                    free.popleft()
                     self._bytes -= len(buf)
                     self.hits += 1
                     return buf
