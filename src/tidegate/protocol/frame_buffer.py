@@ -46,12 +46,12 @@ _SIZE = struct.Struct(">i")
 
 
 def _head_refs(free: collections.deque[bytearray]) -> int:
-    """`sys.getrefcount` of the buffer at the head of a pool's queue, seen as
-    `BufferPool.take` sees it (the queue, a local variable, the call's argument). `_POOLED_REFS` is this
-    function's answer for a buffer only the queue holds; more means something else holds
-    it, a memoryview of a frame in particular (a view keeps a reference to the object it
-    exports). Measured, not assumed, so that another interpreter's counting at worst
-    makes `take` miss, never hand out a held buffer (the resize probe decides anyway)."""
+    """`sys.getrefcount` of the buffer at the head of a pool's queue, counted as
+    `BufferPool.take` counts it (the queue, a local variable, the call's argument).
+    `_POOLED_REFS` is its answer for a buffer only the queue holds; more means something
+    else holds it, a memoryview of a frame in particular (a view keeps a reference to the
+    object it exports). Measured, not assumed, so that another interpreter's counting at
+    worst makes `take` miss, never hand out a held buffer (the resize probe decides)."""
     buf = free[0]
     return sys.getrefcount(buf)
 
