@@ -13,9 +13,11 @@ import contextlib
 import hashlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.integration.conftest import BrokerProcess, free_port
@@ -133,6 +135,28 @@ def diverging_replicas(c: Cluster, topics: Iterable[str]) -> list[str]:
         if len({log_digest(c.base / f"broker-{bid}" / n) for bid in c.brokers}) != 1:
             bad.append(n)
     return bad
+
+
+def produce_numbers(producer: Any, topic: str, stop: threading.Event,
+                    on_delivery: Callable[[Any, Any], None], *, pause_every: int,
+                    flush_s: float) -> None:
+    """Write 0, 1, 2... (key = value = the number) with a confluent-kafka `producer`
+    until `stop`, sleeping 10 ms every `pause_every` records; then flush. A full local
+    queue (acks lagging the writes, e.g. while leadership moves) waits instead of
+    failing the writer."""
+    i = 0
+    while not stop.is_set():
+        try:
+            producer.produce(topic, key=str(i).encode(), value=str(i).encode(),
+                             on_delivery=on_delivery)
+        except BufferError:  # librdkafka's queue is full: acks lag the writes
+            producer.poll(0.1)
+            continue
+        i += 1
+        producer.poll(0)
+        if i % pause_every == 0:
+            time.sleep(0.01)
+    producer.flush(flush_s)
 
 
 def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from tests.integration.cluster import Cluster, log_digest, wait_for
+from tests.integration.cluster import Cluster, log_digest, produce_numbers, wait_for
 
 TOPIC = "replicated"
 PARTITIONS = 3
@@ -60,19 +60,7 @@ def test_acks_all_survives_leader_kills(tmp_path: Path) -> None:
         stop = threading.Event()
 
         def produce() -> None:
-            i = 0
-            while not stop.is_set():
-                try:
-                    producer.produce(TOPIC, key=str(i).encode(), value=str(i).encode(),
-                                     on_delivery=delivered)
-                except BufferError:  # librdkafka's queue is full: acks lag the writes
-                    producer.poll(0.1)
-                    continue
-                i += 1
-                producer.poll(0)
-                if i % 200 == 0:
-                    time.sleep(0.01)
-            producer.flush(120)
+            produce_numbers(producer, TOPIC, stop, delivered, pause_every=200, flush_s=120)
 
         writer = threading.Thread(target=produce)
         writer.start()

@@ -31,7 +31,7 @@ from kafka.errors import (
     NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
-from tests.integration.cluster import Cluster, wait_for
+from tests.integration.cluster import Cluster, produce_numbers, wait_for
 from tests.integration.conftest import BrokerProcess
 from tests.integration.rawclient import RawClient
 from tests.integration.test_cli_client import cli
@@ -112,19 +112,7 @@ def test_rolling_restart_with_controlled_shutdown(tmp_path: Path) -> None:
         stop = threading.Event()
 
         def produce() -> None:
-            i = 0
-            while not stop.is_set():
-                try:
-                    producer.produce(TOPIC, key=str(i).encode(), value=str(i).encode(),
-                                     on_delivery=delivered)
-                except BufferError:  # librdkafka's queue is full: acks lag the writes
-                    producer.poll(0.1)
-                    continue
-                i += 1
-                producer.poll(0)
-                if i % 100 == 0:
-                    time.sleep(0.01)
-            producer.flush(60)
+            produce_numbers(producer, TOPIC, stop, delivered, pause_every=100, flush_s=60)
 
         def consume() -> None:
             # until the producer has flushed and every acknowledged record was read
