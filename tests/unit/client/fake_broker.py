@@ -14,7 +14,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.index import api_key_map, schema_name_map
 
@@ -249,10 +249,19 @@ __all__ = ["FakeBroker"]
 @contextlib.contextmanager
 def on_loop_thread(topics: dict[str, int]) -> Iterator[FakeBroker]:
     """A `FakeBroker` served from its own loop thread, for blocking-client tests."""
+    with serve_on_loop_thread(FakeBroker(topics=topics)) as b:
+        yield b
+
+
+_B = TypeVar("_B", bound=FakeBroker)
+
+
+@contextlib.contextmanager
+def serve_on_loop_thread(b: _B) -> Iterator[_B]:
+    """`b` (a `FakeBroker` or a subclass) served from its own loop thread."""
     from tidegate.client.loop_thread import LoopThread
 
     host = LoopThread("fake-broker")
-    b = FakeBroker(topics=topics)
     host.run(b.start())
     try:
         yield b

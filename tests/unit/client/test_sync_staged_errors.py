@@ -24,11 +24,10 @@ import pytest
 
 from tidegate.client import Consumer, TopicPartition
 from tidegate.client.errors import NoOffsetForPartitionError
-from tidegate.client.loop_thread import LoopThread
 from tidegate.common.errors import CorruptRecordError, OffsetOutOfRangeError
 from tidegate.records.builder import build_batch
 
-from .fake_broker import Partition
+from .fake_broker import Partition, serve_on_loop_thread
 from .fake_group import FakeGroupBroker
 
 N, BATCH, BAD = 400, 10, 200  # records, records per batch, first offset of the bad batch
@@ -77,7 +76,6 @@ class ErrorBroker(FakeGroupBroker):
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[ErrorBroker]:
-    host = LoopThread("fake-broker")
     b = ErrorBroker(topics={"crc": 1, "crc-small": 1, "oor": 1, "oor-latest": 1, "nl": 1,
                             "tight": 1})
     b.fail_at, b.fetches_at = {}, {}
@@ -88,12 +86,8 @@ def broker() -> Iterator[ErrorBroker]:
                 [(1000 + i, b"k", b"v%05d" % i) for i in range(base, base + BATCH)],
                 base_offset=base))
         part.next_offset = N
-    host.run(b.start())
-    try:
+    with serve_on_loop_thread(b):
         yield b
-    finally:
-        host.run(b.stop())
-        host.stop()
 
 
 def corrupt(b: ErrorBroker, topic: str) -> None:
