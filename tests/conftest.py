@@ -17,6 +17,7 @@ someone decides otherwise.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,20 +57,42 @@ LIGHT_MODULES = frozenset({
 })
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        path = item.path
-        if path.parent.name != "integration":
-            continue  # unit tests: spread one by one
-        module = path.stem
-        group = module if module in LIGHT_MODULES else "serial"
-        item.add_marker(pytest.mark.xdist_group(group))
+def lane(nodeid: str) -> str:
+    """The xdist work unit a test belongs to: "serial" for a timing-sensitive
+    integration module, the module's name for a light one, the test itself for a unit
+    test (spread one by one)."""
+    path = nodeid.split("::")[0]
+    if not path.startswith("tests/integration/"):
+        return nodeid
+    module = Path(path).stem
+    return module if module in LIGHT_MODULES else "serial"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` with the lanes above, computed from the nodeid's path.
+
+    xdist's own loadgroup cannot be used: it reads a test's group from an "@group"
+    suffix its worker writes into `item._nodeid`, and pytest 9 builds `nodeid` from
+    `item._id`, so the suffix never arrives and every test became its own work unit (the
+    "serial" modules ran two at a time, one per worker). Work units are handed out
+    largest first (xdist's `loadscopereorder`), so the serial lane starts at once and the
+    light modules and unit tests fill the other worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane(nodeid)
+
+    return Lanes(config, log)
 
 
 # Where `make test`'s time goes: the seconds of setup, call and teardown summed per
 # worker and for the serial lane, printed at the end, so that a lane that became the
-# long pole shows in the CI log.
+# long pole shows in the CI log, with the serial lane's longest modules.
 _SECONDS: dict[str, float] = {}
+_SERIAL_MODULES: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -78,11 +101,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     worker = str(getattr(gateway, "id", "this process"))
     _SECONDS[worker] = _SECONDS.get(worker, 0.0) + report.duration
     path = report.nodeid.split("::")[0]
-    if path.startswith("tests/integration/") and Path(path).stem not in LIGHT_MODULES:
+    if lane(report.nodeid) == "serial":
         _SECONDS["serial lane"] = _SECONDS.get("serial lane", 0.0) + report.duration
+        module = Path(path).stem
+        _SERIAL_MODULES[module] = _SERIAL_MODULES.get(module, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _SECONDS:
         terminalreporter.write_line("test seconds: " + ", ".join(
             f"{name} {secs:.0f}" for name, secs in sorted(_SECONDS.items())))
+    if _SERIAL_MODULES:
+        longest = sorted(_SERIAL_MODULES.items(), key=lambda kv: -kv[1])[:12]
+        terminalreporter.write_line("serial lane's longest modules: " + ", ".join(
+            f"{name} {secs:.0f}" for name, secs in longest))

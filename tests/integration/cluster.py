@@ -41,6 +41,8 @@ class Cluster:
             "broker.id": str(bid),
             "zookeeper.connect": f"{self.zk.connect}/tidegate",
             "zookeeper.session.timeout.ms": str(SESSION_MS),
+            # a loaded CI machine can take seconds to open the first session
+            "zookeeper.connection.timeout.ms": "15000",
             "replica.lag.time.max.ms": "6000",
             "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "200",

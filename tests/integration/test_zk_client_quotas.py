@@ -34,7 +34,7 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 
 
 async def connect(where: str) -> ZkClient:
-    zk = ZkClient(where, session_timeout_ms=4000)
+    zk = ZkClient(where, session_timeout_ms=4000, connection_timeout_ms=15000)
     await zk.start()
     await ensure_persistent_paths(zk)
     return zk

@@ -57,7 +57,7 @@ class Member:
 
     def __init__(self, connect: str, broker_id: int) -> None:
         self.broker_id = broker_id
-        self.zk = ZkClient(connect, session_timeout_ms=SESSION_MS)
+        self.zk = ZkClient(connect, session_timeout_ms=SESSION_MS, connection_timeout_ms=15000)
         info = BrokerInfo(broker_id, (BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9000 + broker_id),))
         self.registrar = BrokerRegistrar(self.zk, lambda: info)
         self.controller = Controller(self.zk, broker_id)

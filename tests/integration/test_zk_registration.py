@@ -60,7 +60,7 @@ def info(broker_id: int, port: int, rack: str | None = None) -> BrokerInfo:
 
 
 async def connected(connect: str, session_ms: int = SESSION_MS) -> ZkClient:
-    zk = ZkClient(connect, session_timeout_ms=session_ms)
+    zk = ZkClient(connect, session_timeout_ms=session_ms, connection_timeout_ms=15000)
     await zk.start()
     await ensure_persistent_paths(zk)
     return zk

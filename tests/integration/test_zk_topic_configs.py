@@ -60,7 +60,7 @@ def setter(**values: str) -> Callable[[dict[str, str]], dict[str, str]]:
 
 
 async def connect(connect: str) -> ZkClient:
-    zk = ZkClient(connect, session_timeout_ms=4000)
+    zk = ZkClient(connect, session_timeout_ms=4000, connection_timeout_ms=15000)
     await zk.start()
     await ensure_persistent_paths(zk)
     return zk

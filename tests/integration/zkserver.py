@@ -160,7 +160,7 @@ def _member_main(argv: list[str]) -> None:
     info = BrokerInfo(broker_id, (BrokerEndpoint("PLAINTEXT", "127.0.0.1", port),))
 
     async def main() -> None:
-        zk = ZkClient(connect, session_timeout_ms=session_ms)
+        zk = ZkClient(connect, session_timeout_ms=session_ms, connection_timeout_ms=15000)
         await zk.start()
         await ensure_persistent_paths(zk)
         registrar = BrokerRegistrar(zk, lambda: info)
