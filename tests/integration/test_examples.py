@@ -68,9 +68,9 @@ def _snippets() -> list[tuple[str, int, str]]:
 SNIPPETS = _snippets()
 
 
-# One worker runs them all, in page order, on its broker: a page's later snippets read
-# what its earlier ones wrote (client.md's AsyncConsumer reads the orders produced before).
-@pytest.mark.xdist_group("doc_snippets")
+# One worker runs them all, in page order, on its broker (the module is one xdist work
+# unit: tests/conftest.py's `lane`): a page's later snippets read what its earlier ones
+# wrote (client.md's AsyncConsumer reads the orders produced before).
 @pytest.mark.parametrize(("page", "index", "code"), SNIPPETS,
                          ids=[f"{p}-{i}" for p, i, _ in SNIPPETS])
 def test_doc_snippet_runs(shared_broker: BrokerProcess, page: str, index: int,
