@@ -1,6 +1,7 @@
 """The benchmarks still run: `bench/transactions.py --quick` against a real broker and a
-real cluster, `bench/transactions_client.py --quick` against a real broker and
-`bench/cluster.py --quick` against a real cluster.
+real cluster, `bench/transactions_client.py --quick` against a real broker,
+`bench/produce_requests.py` at a tiny size and `bench/cluster.py --quick` against a real
+cluster.
 
 A smoke run, not a timed test: it checks that the script starts its broker, drives every
 part with confluent-kafka and prints each table row with a number in it (so a change to
@@ -82,6 +83,22 @@ def test_transactions_client_bench_quick() -> None:
         for line in lines:
             assert re.search(r"\d[\d,]*", line.strip()[len(row):]), f"no figure in {line!r}"
     assert len(re.findall(r"confluent-kafka: (met|MISSED)$", out, re.M)) == 4, out
+
+
+def test_produce_requests_bench_tiny() -> None:
+    """bench/produce_requests.py at 1 and 10 partitions, one 1 s round, no Kafka: a row
+    per point with requests/s, MB/s, CPU per request and the loop's, and the ratios."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "produce_requests.py"),
+                           "--partitions", "1,10", "--rounds", "1", "--seconds", "1",
+                           "--records", "16", "--peer", "none"],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(r"Produce v9 acks=-1, .* 16 x 1024 B records", out), out
+    fig = r"[\d,]+\.?\d* \([\d,]+\.?\d*-[\d,]+\.?\d*\)"
+    for p, ratio in (("1", r"1\.00"), ("10", r"\d+\.\d\d")):
+        row = rf"^\s+{p}  this tree\s+{fig}\s+{fig}\s+{fig}\s+{ratio}\s+{fig}\s+{ratio}$"
+        assert re.search(row, out, re.M), f"no {p}-partition row in:\n{out}"
 
 
 CLUSTER_ROWS = ("embedded broker", "cluster RF=1", "cluster RF=3, min.insync.replicas=2")
