@@ -23,6 +23,8 @@ flush.messages=1000000). Before timing, every partition of every target has answ
 Produce without error; each round rotates the order of the targets and calls sync(2)
 before each target's load (untimed). The load generator (this process, one thread per
 connection) reads only each answer's size, so it costs the broker's cores little.
+`--records 1` shows the fixed cost of a request (librdkafka's requests at 1,000
+partitions carry a few records each); `--nofsync` takes the group commit out.
 
     .venv/bin/python bench/produce_requests.py [--partitions 1,100,1000] [--rounds 3]
         [--seconds 5] [--connections 2] [--depth 8] [--records 64] [--size 1024]
@@ -216,7 +218,7 @@ def report(res: dict[tuple[int, str], list[Row]], points: list[int],
            targets: list[str]) -> None:
     base = min(points)
     print(f"\n{'partitions':>10}  {'target':<16}{'requests/s':>22}{'MB/s':>20}"
-          f"{'broker CPU us/req':>22}{f'x{base}p':>7}{'loop CPU us/req':>22}{f'x{base}p':>7}")
+          f"{'broker CPU us/req':>26}{f'x{base}p':>7}{'loop CPU us/req':>22}{f'x{base}p':>7}")
     for p in sorted(points):
         for name in targets:
             rows = res.get((p, name), [])
@@ -230,7 +232,7 @@ def report(res: dict[tuple[int, str], list[Row]], points: list[int],
             x_loop = (f"{statistics.median(loops) / statistics.median(base_loops):.2f}"
                       if loops and base_loops else "-")
             print(f"{p:>10}  {name:<16}{_cell([r for r, _m, _c, _l in rows], 0):>22}"
-                  f"{_cell([m for _r, m, _c, _l in rows]):>20}{_cell(cpu):>22}{x_cpu:>7.2f}"
+                  f"{_cell([m for _r, m, _c, _l in rows]):>20}{_cell(cpu):>26}{x_cpu:>7.2f}"
                   f"{_cell(loops) if loops else '-':>22}{x_loop:>7}")
 
 
