@@ -49,7 +49,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import peer_kafka
 from bench._cluster_launch import Broker, progress, stop_all
-from bench.requests import _SIZE, TreeBroker, _connect, _read_frame, loop_cpu
+from bench.requests import (
+    TreeBroker,
+    _connect,
+    _read_frame,
+    await_answers,
+    loop_cpu,
+    run_pumps,
+    send_frames,
+)
 
 from tidegate.protocol.framing import encode_frame
 from tidegate.protocol.headers import encode_request_header, parse_response_header
@@ -104,23 +112,9 @@ def _pump(bootstrap: str, requests: list[bytes], start: int, depth: int,
     with _connect(bootstrap) as sock:
         n, k, pending = 0, start, b""
         while not stop.is_set():
-            batch = [requests[(k + j) % len(requests)] for j in range(depth)]
+            send_frames(sock, [requests[(k + j) % len(requests)] for j in range(depth)])
             k = (k + depth) % len(requests)
-            sock.sendmsg(batch)  # one syscall; sendall's fallback when the buffer fills
-            left = depth
-            while left:
-                chunk = sock.recv(262144)
-                if not chunk:
-                    raise ConnectionError("broker closed the connection")
-                pending += chunk
-                pos = 0
-                while len(pending) - pos >= 4:
-                    size = _SIZE.unpack_from(pending, pos)[0]
-                    if len(pending) - pos - 4 < size:
-                        break
-                    pos += 4 + size
-                    left -= 1
-                pending = pending[pos:]
+            pending = await_answers(sock, pending, depth)
             n += depth
             counts[i] = n
 
@@ -128,20 +122,9 @@ def _pump(bootstrap: str, requests: list[bytes], start: int, depth: int,
 def load_round(bootstrap: str, requests: list[bytes], connections: int, depth: int,
                seconds: float) -> tuple[int, float]:
     """(requests answered, elapsed seconds) of `connections` pumps run for `seconds`."""
-    stop = threading.Event()
-    counts = [0] * connections
     step = max(1, len(requests) // connections)
-    threads = [threading.Thread(target=_pump, args=(bootstrap, requests, i * step, depth,
-                                                    stop, counts, i), daemon=True)
-               for i in range(connections)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(60)
-    return sum(counts), time.perf_counter() - start
+    return run_pumps(_pump, [(bootstrap, requests, i * step, depth)
+                             for i in range(connections)], seconds, join_s=60)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str]) -> None:

@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,53 @@ def warm_coordinator(bootstrap: str, timeout: float = 60.0) -> None:
             time.sleep(0.2)
 
 
+def send_frames(sock: socket.socket, frames: list[bytes]) -> None:
+    """The frames in one sendmsg; whatever the socket did not take, with sendall."""
+    sent = sock.sendmsg(frames)
+    if sent < sum(map(len, frames)):
+        sock.sendall(b"".join(frames)[sent:])
+
+
+def await_answers(sock: socket.socket, pending: bytes, count: int) -> bytes:
+    """Read until `count` more whole answers are in (sizes only); the bytes past them."""
+    while count:
+        chunk = sock.recv(262144)
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        pending += chunk
+        pos = 0
+        while len(pending) - pos >= 4:
+            size = _SIZE.unpack_from(pending, pos)[0]
+            if len(pending) - pos - 4 < size:
+                break
+            pos += 4 + size
+            count -= 1
+        pending = pending[pos:]
+    return pending
+
+
+# A pump: (its arguments..., stop, counts, its index) -> None; it keeps counts[i] current.
+Pump = Callable[..., None]
+
+
+def run_pumps(pump: Pump, args: list[tuple[Any, ...]], seconds: float,
+              join_s: float = 30) -> tuple[int, float]:
+    """(requests answered, elapsed seconds) of one `pump` thread per `args` entry, run
+    for `seconds`."""
+    stop = threading.Event()
+    counts = [0] * len(args)
+    threads = [threading.Thread(target=pump, args=(*a, stop, counts, i), daemon=True)
+               for i, a in enumerate(args)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(join_s)
+    return sum(counts), time.perf_counter() - start
+
+
 def _pump(bootstrap: str, batch: bytes, depth: int, stop: threading.Event,
           counts: list[int], i: int) -> None:
     """Send `depth` pipelined requests, read their `depth` answers (sizes only), again."""
@@ -141,20 +189,7 @@ def _pump(bootstrap: str, batch: bytes, depth: int, stop: threading.Event,
         pending = b""
         while not stop.is_set():
             sock.sendall(batch)
-            left = depth
-            while left:
-                chunk = sock.recv(262144)
-                if not chunk:
-                    raise ConnectionError("broker closed the connection")
-                pending += chunk
-                pos = 0
-                while len(pending) - pos >= 4:
-                    size = _SIZE.unpack_from(pending, pos)[0]
-                    if len(pending) - pos - 4 < size:
-                        break
-                    pos += 4 + size
-                    left -= 1
-                pending = pending[pos:]
+            pending = await_answers(sock, pending, depth)
             n += depth
             counts[i] = n
 
@@ -163,18 +198,7 @@ def load_round(bootstrap: str, api: str, connections: int, depth: int,
                seconds: float) -> tuple[int, float]:
     """(requests answered, elapsed seconds) of `connections` pumps run for `seconds`."""
     batch = b"".join(request_bytes(api, c) for c in range(depth))
-    stop = threading.Event()
-    counts = [0] * connections
-    threads = [threading.Thread(target=_pump, args=(bootstrap, batch, depth, stop, counts, i),
-                                daemon=True) for i in range(connections)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(30)
-    return sum(counts), time.perf_counter() - start
+    return run_pumps(_pump, [(bootstrap, batch, depth)] * connections, seconds)
 
 
 def loop_cpu(broker: Any) -> float | None:
