@@ -1,5 +1,5 @@
 """How `make test` spreads tests over the machine's two cores (pytest-xdist, `--dist
-loadgroup`).
+loadgroup` with the scheduler below).
 
 Integration tests are of two kinds. Most start one embedded broker and talk to it with
 real clients: they mostly wait on sockets and fsyncs, and running two modules at once
@@ -7,7 +7,7 @@ changes nothing they check. Others measure or provoke timing — clusters with Z
 sessions and failover deadlines, kill -9 and SIGSTOP schedules, Spark's JVM, benchmark
 smokes, quota rates, disk-full episodes — and were written for a machine they have to
 themselves (give or take the other lane). Those run one after another in a single lane
-(xdist group "serial"); the light modules run in the other lane, each module kept on one
+(one xdist work unit, "serial"); the light modules run in the other lane, each module kept on one
 worker so its module-scoped broker starts once, and the unit tests fill the gaps.
 
 A module is light only if it is listed here: a new module runs in the serial lane until
