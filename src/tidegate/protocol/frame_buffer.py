@@ -252,7 +252,9 @@ class FrameAssembler:
                 lo = hi = 0
             elif size >= BIG_FRAME:  # the rest is read straight into its own buffer
                 big = bytearray(size) if self._pool is None else self._pool.take(size)
-                big[:have] = view[lo + 4 : hi]
+                # through a memoryview: one memcpy (a bytearray's slice assignment from
+                # a memoryview copies it into a temporary bytearray first)
+                memoryview(big)[:have] = view[lo + 4 : hi]
                 self._big, self._big_got, self._big_size = big, have, size
                 lo = hi = 0
             break
