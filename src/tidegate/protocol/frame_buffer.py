@@ -10,6 +10,12 @@ side (`client/stream.py`) both delegate `get_buffer` / `buffer_updated` to a
 - a frame of `BIG_FRAME` bytes or more gets a buffer of its own as soon as its size prefix
   is known (the part already in the scratch is copied into it) and the rest is read
   straight into it: no copy. It is handed on as a read-only memoryview;
+- with a pool, after a big frame the next read at a frame boundary goes into a pooled
+  buffer of that frame's size class instead of the scratch (a producer's requests tend
+  to be alike): a frame that fits is read in place from its size prefix on, and the
+  scratch copy of its head (up to 64 KiB a request) is saved. Whatever else that read
+  brought is parsed as if it had come into the scratch; a small frame there ends the
+  guessing until the next big frame;
 - a declared size above `upfront_max` is not allocated on the peer's word: such a frame is
   collected piece by piece and joined once, as `protocol.framing.FrameDecoder` does;
 - a size prefix that is negative or above `max_frame` calls `on_bad_size(size)` once; from
@@ -41,6 +47,8 @@ Frame = bytes | memoryview
 SCRATCH = 64 * 1024  # between frames, reads land here (the part of a big frame that
 # lands in it is copied once)
 BIG_FRAME = 16 * 1024  # frames this large get their own buffer, read in place
+GUESS_MAX = 1 << 20  # after a big frame up to this size, the next read goes to a buffer
+# of its class (larger ones are rare, and a wrong guess's buffer becomes the scratch)
 
 _SIZE = struct.Struct(">i")
 
@@ -151,8 +159,10 @@ class FrameAssembler:
 
     __slots__ = (
         "_big",
+        "_big_at",
         "_big_got",
         "_big_size",
+        "_guess",
         "_hi",
         "_lo",
         "_max_frame",
@@ -177,22 +187,35 @@ class FrameAssembler:
         self._lo = 0  # unparsed bytes of the scratch: [_lo, _hi)
         self._hi = 0
         self._big: bytearray | None = None  # a big frame being read in place
-        self._big_got = 0
+        self._big_at = 0  # where its payload starts in `_big` (4: read from its prefix on)
+        self._big_got = 0  # bytes of `_big` filled
         self._big_size = 0  # the frame's size (a pooled buffer may be longer)
+        # the last big frame's size, while frames at a boundary are read into a pooled
+        # buffer (`_big` with `_big_size` -1 until the size prefix is in) instead of the
+        # scratch; 0: not guessing (no pool, or a small frame came)
+        self._guess = 0
         self._parts: list[bytes] = []  # a frame over upfront_max, as it arrives
         self._parts_need = 0
         self.failed = False  # a bad size prefix was seen: input is discarded
 
     def get_buffer(self) -> memoryview:
         """Where the transport should read next (BufferedProtocol.get_buffer)."""
-        if self._big is not None:
-            return memoryview(self._big)[self._big_got : self._big_size]
+        big = self._big
+        if big is not None:
+            if self._big_size < 0:  # at a boundary: as far as a frame like the last
+                return memoryview(big)[self._big_got : min(len(big), self._guess + 4)]
+            return memoryview(big)[self._big_got : self._big_at + self._big_size]
+        if self._guess and self._lo == self._hi and not self._parts_need and not self.failed:
+            assert self._pool is not None
+            big = self._big = self._pool.take(self._guess + 4)
+            self._big_at, self._big_got, self._big_size = 4, 0, -1
+            return memoryview(big)[: min(len(big), self._guess + 4)]
         view = self._view
         if view is None:
             view = self._view = memoryview(bytearray(SCRATCH))
         if self.failed:  # the stream is unusable: discard what comes
             self._lo = self._hi = 0
-        elif SCRATCH - self._hi < BIG_FRAME:  # move the unparsed tail to the front
+        elif len(view) - self._hi < BIG_FRAME:  # move the unparsed tail to the front
             # (a partial frame under BIG_FRAME, or a partial size prefix)
             rest = bytes(view[self._lo : self._hi])
             view[: len(rest)] = rest
@@ -203,20 +226,59 @@ class FrameAssembler:
         """`nbytes` were read into the last buffer handed out."""
         big = self._big
         if big is not None:
-            self._big_got += nbytes
-            if self._big_got == self._big_size:
+            got = self._big_got = self._big_got + nbytes
+            size = self._big_size
+            if size < 0:  # read at a boundary into the guess: is it a frame that fits?
+                if got < 4:
+                    return
+                (size,) = _SIZE.unpack_from(big, 0)
+                if not (BIG_FRAME <= size <= self._max_frame and size + 4 <= len(big)
+                        and size <= self._upfront_max and got - 4 - size <= SCRATCH - BIG_FRAME):
+                    self._unguess(big, got)  # parsed as if read into the scratch
+                    return
+                self._big_size = size
+            end = self._big_at + size
+            if got >= end:
                 self._big = None
                 if self._pool is not None:
                     self._pool.give(big)
-                self._on_frame(memoryview(big)[: self._big_size].toreadonly())
+                    self._guess = size if size <= GUESS_MAX else 0
+                rest = got - end  # only a guessed read goes past its frame's end
+                if rest:
+                    view = self._view
+                    if view is None or len(view) < SCRATCH:  # (a guess turned scratch)
+                        view = self._view = memoryview(bytearray(SCRATCH))
+                    view[:rest] = memoryview(big)[end:got]
+                    self._lo, self._hi = 0, rest
+                self._on_frame(memoryview(big)[self._big_at : end].toreadonly())
+                if rest:
+                    self._parse()
             return
         if self.failed:
             return
         self._hi += nbytes
         self._parse()
 
+    def _unguess(self, big: bytearray, got: int) -> None:
+        """A read into the guess held no big frame that fits: the guess becomes the
+        scratch (its frames are copied out as the scratch's are, so nothing will
+        point into it) and guessing stops until the next big frame."""
+        self._big = None
+        self._guess = 0
+        self._view = memoryview(big)
+        self._lo, self._hi = 0, got
+        self._parse()
+
     def release_if_idle(self) -> None:
-        """Drop the scratch if nothing is half-received in it."""
+        """Drop the scratch if nothing is half-received in it (and a guess buffer
+        nothing was read into)."""
+        big = self._big
+        if big is not None:
+            if self._big_size < 0 and self._big_got == 0:
+                self._big = None
+                assert self._pool is not None
+                self._pool.give(big)
+            return
         if self._lo == self._hi:
             self._view = None
             self._lo = self._hi = 0
@@ -255,7 +317,7 @@ class FrameAssembler:
                 # through a memoryview: one memcpy (a bytearray's slice assignment from
                 # a memoryview copies it into a temporary bytearray first)
                 memoryview(big)[:have] = view[lo + 4 : hi]
-                self._big, self._big_got, self._big_size = big, have, size
+                self._big, self._big_at, self._big_got, self._big_size = big, 0, have, size
                 lo = hi = 0
             break
         if lo == hi:

@@ -206,6 +206,109 @@ def test_pool_passes_over_buffers_held_elsewhere_without_probing_them() -> None:
         assert pool.buffers[:2] == held[:2][::-1] or pool.buffers[-2:] == held[:2]
 
 
+def _alike_payloads(rng: random.Random) -> list[bytes]:
+    """Runs of big frames of nearly one size (a producer's requests), with small ones,
+    bigger ones and the edges of the guess between them."""
+    out: list[bytes] = []
+    for _ in range(12):
+        base = rng.choice([BIG_FRAME, 20_000, 66_000, 300_000])
+        out += [rng.randbytes(base + rng.choice([0, 0, 1, 3, 500, -3] if base > BIG_FRAME
+                                                 else [0, 1, 2]))
+                for _ in range(rng.randint(1, 5))]
+        out.append(rng.randbytes(rng.choice([0, 1, 7, 100, BIG_FRAME - 1, 2_000_000])))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_frames_read_into_the_guess_come_out_whole_and_stay_put(seed: int) -> None:
+    """With a pool, reads at a boundary after a big frame go into a buffer of its class
+    (frame_buffer's guess): every frame still comes out whole, in order, and frames
+    kept alive are never written over, whatever the chunking."""
+    rng = random.Random(seed)
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        p, _tr = _proto(loop, max_buffered=1 << 40, pool=BufferPool())
+        kept: list[tuple[memoryview, bytes]] = []
+        for _ in range(3):
+            payloads = _alike_payloads(rng)
+            _deliver(p, b"".join(map(_frame, payloads)), rng)
+            frames = p.take()
+            assert [bytes(f) for f in frames] == payloads
+            for f, payload in zip(frames, payloads):
+                assert isinstance(f, bytes) or f.readonly
+                if isinstance(f, memoryview) and rng.random() < 0.3:
+                    kept.append((f, payload))
+            del frames
+            if rng.random() < 0.5:
+                p._buf.release_if_idle()
+            for view, want in kept:
+                assert bytes(view) == want
+
+    asyncio.run(run())
+
+
+def test_alike_big_frames_are_read_in_place_from_their_size_prefix() -> None:
+    """After one big frame, frames like it are read straight into pooled buffers, one
+    read each: the scratch is not even allocated (no copy of their heads)."""
+    rng = random.Random(7)
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        pool = BufferPool()
+        p, _tr = _proto(loop, max_buffered=1 << 40, pool=pool)
+        asm = p._buf
+        _deliver(p, _frame(rng.randbytes(66_000)), rng)
+        p.take()
+        asm.release_if_idle()
+        assert asm._view is None
+        last = 66_000
+        for size in (66_000, 66_000, 65_990, 66_100):
+            payload = rng.randbytes(size)
+            buf = p.get_buffer(-1)
+            assert len(buf) == last + 4  # as far as a frame like the last
+            n = min(len(buf), size + 4)
+            last = size
+            data = _frame(payload)
+            buf[:n] = data[:n]
+            p.buffer_updated(n)
+            while n < len(data):  # a bigger one than the last: the rest in place too
+                buf = p.get_buffer(-1)
+                buf[: len(data) - n] = data[n:]
+                p.buffer_updated(len(data) - n)
+                n = len(data)
+            (frame,) = p.take()
+            assert bytes(frame) == payload
+            assert asm._view is None
+        # a guess handed out but not read into goes back to the pool when idle
+        held = p.get_buffer(-1).obj
+        asm.release_if_idle()
+        assert asm._big is None and any(b is held for b in pool.buffers)
+        del held
+        # a small frame after them: parsed from the guess, and guessing stops
+        buf = p.get_buffer(-1)
+        buf[:9] = _frame(b"small")
+        p.buffer_updated(9)
+        assert p.take() == [b"small"]
+        assert asm._guess == 0
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("size", [-5, 70_000])
+def test_a_bad_size_read_into_the_guess_fails_the_stream(size: int) -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        p, _tr = _proto(loop, max_buffered=1 << 40, max_frame_bytes=50_000,
+                        pool=BufferPool())
+        big = b"b" * 40_000
+        data = _frame(big) + struct.pack(">i", size) + b"junk" * 5000
+        _deliver(p, data, random.Random(5))
+        assert [bytes(f) for f in p.take()] == [big]
+        with pytest.raises(FrameTooLargeError, match=f"frame size {size}"):
+            p.take()
+
+    asyncio.run(run())
+
+
 def test_frames_over_the_upfront_limit_are_collected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(frame_stream, "UPFRONT_MAX", 200_000)
     rng = random.Random(1)
