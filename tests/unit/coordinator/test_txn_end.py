@@ -31,9 +31,9 @@ def test_commit_two_phases(d: TxnDriver) -> None:
     assert (r.error, r.producer_id, r.producer_epoch) == (E.none, pid, epoch)
     m = d.meta()
     assert m.state is TxnState.PREPARE_COMMIT and m.prepare_offset == d.log.log_end_offset - 1
-    # retry while markers are in flight
+    # while markers are in flight every EndTxn waits, whatever its outcome (Kafka 4)
     assert d.end(pid, epoch, commit=True).error is E.concurrent_transactions
-    assert d.end(pid, epoch, commit=False).error is E.invalid_txn_state
+    assert d.end(pid, epoch, commit=False).error is E.concurrent_transactions
     [job] = d.markers()
     assert job.commit and job.partitions == {("t", 0), ("u", 1)}
     assert (job.producer_id, job.producer_epoch, job.coordinator_epoch) == (pid, epoch, 1)
@@ -80,6 +80,7 @@ def test_v2_end_bumps_epoch(d: TxnDriver) -> None:
     assert d.add(pid, epoch + 1).error is E.none
     r2 = d.end(pid, epoch + 1, commit=False, version=2)
     assert r2.producer_epoch == epoch + 2
+    d.markers()
     # the retry window is one transaction wide
     assert d.end(pid, epoch, commit=True, version=2).error is E.producer_fenced
 
@@ -110,6 +111,27 @@ def test_v2_abort_with_no_transaction_open_bumps_the_epoch(d: TxnDriver) -> None
     assert (again.error, again.producer_epoch) == (E.none, epoch + 3)
     d.markers()
     assert d.end(pid, epoch + 1, commit=False, version=2).error is E.producer_fenced
+
+
+def test_v2_empty_abort_right_after_a_commit_waits_for_the_markers(d: TxnDriver) -> None:
+    """KAFKA-18464 (seen with franz-go's TestTxnEtl): a version-2 client commits at e,
+    gets e + 1, then aborts an empty transaction at e + 1 before the commit's markers
+    are written. It must get CONCURRENT_TRANSACTIONS (retry), not PRODUCER_FENCED,
+    and the retry after completion aborts with the epoch bumped again."""
+    pid, epoch = d.begin()
+    c = d.end(pid, epoch, commit=True, version=2)
+    assert (c.error, c.producer_epoch) == (E.none, epoch + 1)
+    assert d.meta().state is TxnState.PREPARE_COMMIT
+    assert d.end(pid, epoch + 1, commit=False, version=2).error is E.concurrent_transactions
+    assert d.end(pid, epoch + 2, commit=False, version=2).error is E.concurrent_transactions
+    [job] = d.markers()
+    assert job.commit and d.meta().state is TxnState.COMPLETE_COMMIT
+    a = d.end(pid, epoch + 1, commit=False, version=2)
+    assert (a.error, a.producer_id, a.producer_epoch) == (E.none, pid, epoch + 2)
+    [abort_job] = d.markers()
+    assert not abort_job.commit and abort_job.partitions == frozenset()
+    # a wrong epoch is still fenced once nothing is in flight
+    assert d.end(pid, epoch + 4, commit=False, version=2).error is E.producer_fenced
 
 
 def test_v2_end_on_v1_broker_does_not_bump(tmp_path: Path) -> None:
@@ -174,10 +196,13 @@ def test_timeout_aborts_with_fence(d: TxnDriver) -> None:
     d.advance(10_000)
     m = d.meta()
     assert m.state is TxnState.PREPARE_ABORT and m.producer_epoch == epoch + 1
-    assert d.end(pid, epoch, commit=True).error is E.producer_fenced
-    assert d.end(pid, epoch, commit=False, version=2).error is E.producer_fenced
+    # the abort's markers are in flight: the fenced producer waits (as on Kafka 4),
+    # then is fenced
+    assert d.end(pid, epoch, commit=True).error is E.concurrent_transactions
     d.markers()
     assert d.meta().state is TxnState.COMPLETE_ABORT
+    assert d.end(pid, epoch, commit=True).error is E.producer_fenced
+    assert d.end(pid, epoch, commit=False, version=2).error is E.producer_fenced
     assert d.add(pid, epoch).error is E.producer_fenced
 
 

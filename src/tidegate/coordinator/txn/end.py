@@ -14,6 +14,9 @@ switches to it with epoch 0. A retried EndTxn is recognised by the bumped epoch.
 abort with no transaction open (Empty, CompleteCommit, CompleteAbort) is allowed too:
 PrepareAbort with no partitions, so no markers, then CompleteAbort, bumping the epoch
 (a client recovering from TRANSACTION_ABORTABLE before its coordinator saw a partition).
+While a Prepare state's markers are being written, every EndTxn of the producer id
+answers CONCURRENT_TRANSACTIONS whatever its epoch and outcome (Kafka 4, KAFKA-18464):
+the client retries and is judged against the completed state.
 """
 
 from __future__ import annotations
@@ -87,14 +90,19 @@ def end_txn(shard: TxnShard, transactional_id: str, producer_id: int, producer_e
     version = min(txn_version, shard.config.transaction_version)
     empty_abort = (not commit and version >= 2 and state.is_idle
                    and producer_epoch == meta.producer_epoch)
-    if tv2 and state.is_prepare:
-        valid_epoch = retry_on_bump
-    elif tv2 and state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+    if tv2 and state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
         valid_epoch = retry_on_bump or retry_on_overflow or empty_abort
     else:
         valid_epoch = producer_epoch == meta.producer_epoch
     if meta.producer_id != producer_id and not retry_on_overflow:
         return Result(EndTxnResponse(_E.invalid_producer_id_mapping))
+    if state.is_prepare:
+        # markers are in flight (Kafka: a pending transition to Complete*): answer
+        # CONCURRENT_TRANSACTIONS before judging the epoch, as Kafka 4 does
+        # (KAFKA-18464). A version-2 client that committed at epoch e holds e + 1 and
+        # may send an empty abort at e + 1 before the markers land; judged now, that
+        # abort would look fenced, and the producer would fence itself.
+        return Result(EndTxnResponse(_E.concurrent_transactions))
     if not valid_epoch:
         return Result(EndTxnResponse(_E.producer_fenced))
 
@@ -119,8 +127,6 @@ def end_txn(shard: TxnShard, transactional_id: str, producer_id: int, producer_e
                       [new.to_record(shard.config.log_value_version)])
     if state is _COMPLETE[commit]:
         return Result(EndTxnResponse(_E.none, meta.producer_id, meta.producer_epoch))
-    if state is _PREPARE[commit]:
-        return Result(EndTxnResponse(_E.concurrent_transactions))
     return Result(EndTxnResponse(_E.invalid_txn_state))
 
 

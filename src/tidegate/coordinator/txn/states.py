@@ -90,7 +90,7 @@ class TxnState(enum.Enum):
         "PrepareCommit",
         """The outcome is decided; COMMIT markers are being written once this record
         is durable. InitProducerId, AddPartitions, AddOffsets: CONCURRENT_TRANSACTIONS.
-        EndTxn: commit (a retry) -> CONCURRENT_TRANSACTIONS, abort -> INVALID_TXN_STATE.
+        EndTxn (any epoch, either outcome; Kafka 4): CONCURRENT_TRANSACTIONS.
         All markers written -> CompleteCommit.""",
     )
     PREPARE_ABORT = (
@@ -98,8 +98,8 @@ class TxnState(enum.Enum):
         "PrepareAbort",
         """The transaction is being aborted; ABORT markers are being written once this
         record is durable. InitProducerId, AddPartitions, AddOffsets:
-        CONCURRENT_TRANSACTIONS. EndTxn: abort (a retry) -> CONCURRENT_TRANSACTIONS,
-        commit -> INVALID_TXN_STATE. All markers written -> CompleteAbort.""",
+        CONCURRENT_TRANSACTIONS. EndTxn (any epoch, either outcome; Kafka 4):
+        CONCURRENT_TRANSACTIONS. All markers written -> CompleteAbort.""",
     )
     COMPLETE_COMMIT = (
         4,
