@@ -6,6 +6,7 @@ One broker for the module, with a short consumer session (3 s) and heartbeat int
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -172,6 +173,43 @@ def test_regex_subscription_follows_a_topic_created_later(kbroker: BrokerProcess
             "rx-one", "rx-two"}
     finally:
         c.close()
+
+
+def test_regex_matches_internal_topics_as_kafka(kbroker: BrokerProcess) -> None:
+    """As Kafka, the broker resolves a regex against every topic, `__consumer_offsets`
+    included (franz-go's Test848RegexBrokerResolves); the Tidegate client, under
+    exclude.internal.topics (the default), acknowledges such a partition but leaves it
+    out of its assignment."""
+    from tidegate.client import Consumer as TgConsumer
+
+    _topic(kbroker, "rxi-data", 12)
+    admin = AdminClient({"bootstrap.servers": kbroker.bootstrap})
+
+    def described(group: str) -> set[str]:
+        desc = admin.describe_consumer_groups([group])[group].result(10)
+        return {tp.topic for m in desc.members for tp in m.assignment.topic_partitions}
+
+    c = _consumer(kbroker, "g-rx-internal")
+    c.subscribe(["^(__consumer_offsets|rxi-data)"])
+    tg = TgConsumer(bootstrap_servers=kbroker.bootstrap, group_id="g-rx-internal-tg",
+                    group_protocol="consumer", auto_offset_reset="earliest")
+    tg.subscribe([re.compile("__consumer_offsets|rxi-data")])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            c.poll(0.05)
+            tg.poll(timeout_ms=50)
+            if (described("g-rx-internal") == {"__consumer_offsets", "rxi-data"}
+                    and described("g-rx-internal-tg") == {"__consumer_offsets", "rxi-data"}
+                    and len(tg.assignment()) == PARTITIONS):
+                break
+        else:
+            raise AssertionError(f"{described('g-rx-internal')} "
+                                 f"{described('g-rx-internal-tg')} {tg.assignment()}")
+        assert {tp.topic for tp in tg.assignment()} == {"rxi-data"}
+    finally:
+        c.close()
+        tg.close()
 
 
 def test_tidegate_client_shares_a_group_with_librdkafka(kbroker: BrokerProcess) -> None:

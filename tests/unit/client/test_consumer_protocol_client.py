@@ -55,3 +55,23 @@ def test_the_broker_selects_what_the_client_would(names: list[str], search: str,
     assert rx is not None and regex_error(rx) is None  # RE2-compatible
     for n in names:
         assert bool(re.fullmatch(rx, n)) == s.matches(n), n
+
+
+@pytest.mark.parametrize("exclude", [True, False])
+def test_internal_topics_the_broker_assigns_follow_exclude_internal_topics(
+        exclude: bool) -> None:
+    """A broker resolving the regex matches internal topics too (as Kafka); the member
+    keeps them out of its partitions under exclude.internal.topics (the default) unless
+    it names them, so it consumes what its own pattern rules select."""
+    s = SubscriptionState(exclude_internal_topics=exclude)
+    s.subscribe([re.compile("__.*|in-.*")])
+    rx = subscription_regex(s)
+    assert rx is not None
+    broker = {n for n in ("__consumer_offsets", "__transaction_state", "in-a", "b")
+              if re.fullmatch(rx, n)}
+    assert broker == {"__consumer_offsets", "__transaction_state", "in-a"}
+    kept = {n for n in broker if not s.excludes(n)}
+    assert kept == {n for n in broker if s.matches(n)}
+    assert kept == ({"in-a"} if exclude else broker)
+    s.subscribe([re.compile("in-.*"), "__consumer_offsets"])  # named: always kept
+    assert not s.excludes("__consumer_offsets") and s.excludes("__transaction_state") is exclude

@@ -132,6 +132,19 @@ def test_regex_follows_topics_created_and_deleted() -> None:
     assert c.shard.consumer_groups["g"].regexes == {}
 
 
+def test_internal_topics_match_as_on_kafka() -> None:
+    """Kafka resolves a group's regex against every topic of the metadata image,
+    internal ones included (franz-go's Test848RegexBrokerResolves expects
+    `__consumer_offsets` assigned); only DESCRIBE permission filters."""
+    c = _Cluster("in-a", "__consumer_offsets", "__transaction_state")
+    r = c.beat(regex="__consumer_offsets|in-.*")
+    assert r.error == ErrorCode.none
+    assert c.assigned_topics(r.member_id) == {"in-a", "__consumer_offsets"}
+    r2 = c.beat("", 0, regex="__.*")
+    assert c.assigned_topics(r2.member_id) | c.assigned_topics(r.member_id) >= {
+        "__consumer_offsets", "__transaction_state"}
+
+
 def test_names_and_regex_together_and_a_changed_regex() -> None:
     c = _Cluster("in-a", "x", "y")
     r = c.beat(regex="in-.*", names=("x",))

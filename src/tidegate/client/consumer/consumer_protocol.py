@@ -9,7 +9,8 @@ asks for (``group.consumer.heartbeat.interval.ms``), and at once after a change:
 
 - the first heartbeat (epoch 0) and the one after a subscription change carry the full
   member: subscribed topic names, the regex (patterns are sent to the broker, which
-  resolves them: ``SubscribedTopicRegex``), ``max.poll.interval.ms`` as the rebalance
+  resolves them: ``SubscribedTopicRegex``, internal topics included, which the member
+  leaves unfetched under ``exclude.internal.topics``), ``max.poll.interval.ms`` as the rebalance
   timeout, ``group.instance.id``, ``client.rack``, ``group.remote.assignor``, and the
   owned partitions; later heartbeats send only the epoch, plus the owned partitions
   when they changed (the acknowledgement of a reconciliation);
@@ -185,7 +186,11 @@ class ConsumerProtocolMember:
                           self.membership.group_id, e)
             if any(tid not in names for tid in target):
                 return  # unknown topic ids: try again at the next poll
-        new = {TopicPartition(names[tid], p) for tid, ps in target.items() for p in ps}
+        # the broker's regex matches internal topics too (as Kafka's); with
+        # exclude.internal.topics the member leaves them unfetched, and still
+        # acknowledges the whole assignment (`target`), as the broker expects
+        new = {TopicPartition(names[tid], p) for tid, ps in target.items() for p in ps
+               if not self.subscription.excludes(names[tid])}
         self.metadata.tracked |= {tp.topic for tp in new}
         if self.subscription.has_patterns:
             self.subscription.resolve({tp.topic for tp in new})

@@ -83,6 +83,14 @@ class SubscriptionState:
         return any(p.fullmatch(topic) if whole else p.search(topic)
                    for p, whole in self.patterns)
 
+    def excludes(self, topic: str) -> bool:
+        """Whether `topic` stays out of the consumer's partitions though a group may
+        assign it: an internal topic only a pattern brought, with
+        ``exclude.internal.topics`` (a broker resolving a KIP-848 regex matches
+        internal topics too, as Kafka)."""
+        return (self.exclude_internal_topics and topic in INTERNAL_TOPICS
+                and topic not in self.literal)
+
     def resolve(self, cluster_topics: Iterable[str]) -> bool:
         """Recompute `topics` from the cluster's topic names (patterns only);
         return whether it changed."""

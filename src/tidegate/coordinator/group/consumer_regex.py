@@ -17,8 +17,11 @@ Syntax: Kafka evaluates RE2/J; Tidegate evaluates Python's `re`, matching the wh
 topic name (as RE2/J's `matches()`). Constructs RE2 does not have — lookaround
 (`(?=`, `(?!`, `(?<=`, `(?<!`) and backreferences (`\\1`, `(?P=name)`) — are refused
 with INVALID_REGULAR_EXPRESSION, as Kafka refuses them, so a regex accepted here is
-accepted by Kafka too. Internal topics (`__consumer_offsets`, `__transaction_state`)
-never match, and a member only gets the topics its principal may DESCRIBE.
+accepted by Kafka too. As on Kafka, every topic may match, internal ones
+(`__consumer_offsets`, `__transaction_state`) included: `exclude.internal.topics` is a
+client setting for patterns the client resolves, and a client that sends its regex to
+the broker filters what it fetches itself (Tidegate's client does; franz-go's adopts
+such a topic). A member only gets the topics its principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tidegate.common.topics import INTERNAL_TOPICS
 from tidegate.coordinator.group.consumer_model import ConsumerGroup
 from tidegate.coordinator.runtime import Record
 from tidegate.protocol import consumer_group_records as cr
@@ -74,8 +76,7 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
 def _resolve(pattern: str, names: Iterable[str], visible: Callable[[str], bool]
              ) -> tuple[str, ...]:
     rx = compile_regex(pattern)
-    return tuple(sorted(n for n in names
-                        if n not in INTERNAL_TOPICS and rx.fullmatch(n) and visible(n)))
+    return tuple(sorted(n for n in names if rx.fullmatch(n) and visible(n)))
 
 
 def refresh(group: ConsumerGroup, in_use: Iterable[str], topic_names: Callable[[], TopicNames],
