@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run install deps-system deps-node deps-kafka deps-java fuzz-c lint typecheck layers unit test soak bench bench-quick demo demo-cluster demo-tidegate-cluster clean
+.PHONY: run install deps-system deps-node deps-kafka deps-java fuzz-c lint typecheck layers unit test soak bench bench-quick demo demo-cluster demo-tidegate-cluster clean compat-franz-go
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -142,6 +142,13 @@ fuzz-c: install
 	  PYTHONMALLOC=malloc PYTHONPATH=src TIDEGATE_SPEEDUPS_EXAMPLES=$(FUZZ_EXAMPLES) \
 	  $(CURDIR)/$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/records/test_speedups.py \
 	    tests/unit/spark/test_columns.py
+
+# franz-go's own pkg/kgo integration tests against a broker of this tree (not in `make
+# test`: a few minutes): needs Go; the module comes from the Go module proxy the first
+# time (tests/compat/franz_go.py; docs/compatibility.md, "Client test suites").
+# ARGS: e.g. ARGS="--run TestTxnEtl --records 50000".
+compat-franz-go: install
+	$(BIN)/python tests/compat/franz_go.py $(ARGS)
 
 # The broker benches run Apache Kafka beside Tidegate when its jars are there (make
 # deps-kafka; bench/peer_kafka.py); without them they say so and measure Tidegate only.
