@@ -472,13 +472,6 @@ def fill(bootstrap: str, topic: str, n: int, size: int, partitions: int) -> None
         raise SystemExit("could not write the consume benchmark's topic")
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-
-
 def label(client: str) -> str:
     name, _, base = client.partition("@")
     return LABELS[name] + (" base" if base else "")
@@ -544,6 +537,7 @@ def main() -> None:
         worker(args)
         return
 
+    from bench._topics import create_topics
     from tests.integration.conftest import BrokerProcess
 
     extra = dict(kv.split("=", 1) for kv in args.tidegate_consumer)
@@ -579,13 +573,13 @@ def main() -> None:
                 n = count(size)
                 if not args.no_consume:
                     source = f"consume-{size}"
-                    create_topic(bs, source, args.partitions)
+                    create_topics(bs, [source], args.partitions)
                     fill(bs, source, n, size, args.partitions)
                 for rep in range(args.repeat):
                     for c in clients:
                         if not args.no_produce:
                             topic = f"produce-{c.replace('@', '-')}-{size}-{rep}"
-                            create_topic(bs, topic, args.partitions)
+                            create_topics(bs, [topic], args.partitions)
                             r = measure("produce", c, pid, bs, topic, n, size, args.partitions,
                                         src(c))
                             produced.setdefault((c, size), []).append(r)

@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import load as loads  # noqa: E402
 from bench import peer_kafka  # noqa: E402
+from bench._topics import create_topics, delete_topics  # noqa: E402
 
 # one point in a child process, so that each tree's own tests/integration/conftest.py
 # starts its own broker (its src/ on PYTHONPATH)
@@ -123,23 +124,6 @@ def c_load(bootstrap: str, topic: str, n: int, args: argparse.Namespace,
     return report
 
 
-def _create(bootstrap: str, names: list[str], partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(t, partitions, 1) for t in names],
-                                   operation_timeout=300).values():
-        fut.result(300)
-
-
-def _delete(bootstrap: str, names: list[str]) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.delete_topics(names, operation_timeout=120).values():
-        fut.result(120)
-
-
 def kafka_pid(kafka: peer_kafka.KafkaBroker) -> int:
     pid = kafka.proc.pid if kafka.proc is not None else kafka.shared_pid
     assert pid is not None, "a started or shared Kafka peer"
@@ -148,16 +132,16 @@ def kafka_pid(kafka: peer_kafka.KafkaBroker) -> int:
 
 def kafka_warm(kafka: peer_kafka.KafkaBroker, args: argparse.Namespace) -> None:
     """Untimed, once per JVM: it compiles its hot paths while serving the first requests."""
-    _create(kafka.bootstrap, ["jit"], 1)
+    create_topics(kafka.bootstrap, ["jit"], 1)
     c_load(kafka.bootstrap, "jit", max(args.records // 2, 20_000), args, 1)
-    _delete(kafka.bootstrap, ["jit"])
+    delete_topics(kafka.bootstrap, ["jit"])
 
 
 def kafka_point(kafka: peer_kafka.KafkaBroker, p: int, r: int,
                 args: argparse.Namespace) -> dict[str, float]:
     """One point on a running Kafka: fresh topics, POINT's warm-up and timed load."""
     names = [f"warmup-{p}-{r}", f"t-{p}-{r}"]
-    _create(kafka.bootstrap, names, p)
+    create_topics(kafka.bootstrap, names, p)
     try:
         c_load(kafka.bootstrap, names[0], min(args.records, 20_000), args, p)
         os.sync()
@@ -166,7 +150,7 @@ def kafka_point(kafka: peer_kafka.KafkaBroker, p: int, r: int,
         rep = c_load(kafka.bootstrap, names[1], args.records, args, p)
         c1 = process_cpu_seconds(pid)
     finally:
-        _delete(kafka.bootstrap, names)  # untimed; keeps the JVM's files and disk flat
+        delete_topics(kafka.bootstrap, names)  # untimed; keeps the JVM's files and disk flat
     n = args.records
     return {"mb_s": rep["bytes"] / rep["seconds"] / 1e6, "broker_us": (c1 - c0) / n * 1e6,
             "load_us": rep["cpu_seconds"] / n * 1e6}

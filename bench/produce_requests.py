@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import peer_kafka
 from bench._cluster_launch import Broker, progress, stop_all
+from bench._topics import create_topics, delete_topics
 from bench.requests import (
     TreeBroker,
     _connect,
@@ -127,23 +128,6 @@ def load_round(bootstrap: str, requests: list[bytes], connections: int, depth: i
                              for i in range(connections)], seconds, join_s=60)
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str]) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(name, partitions, 1, config=config)],
-                                   operation_timeout=300).values():
-        fut.result(300)
-
-
-def delete_topic(bootstrap: str, name: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.delete_topics([name], operation_timeout=120).values():
-        fut.result(120)
-
-
 Row = tuple[float, float, float, float | None]  # requests/s, MB/s, CPU us/req, loop us/req
 
 
@@ -164,7 +148,7 @@ def run_point(p: int, args: argparse.Namespace, trees: dict[str, Path], base: Pa
         requests = produce_requests(topic, p, args.records, args.size, args.acks)
         for name, b in brokers.items():
             progress(f"{p} partitions: topic and warm-up, {name}")
-            create_topic(b.bootstrap, topic, p, config if name in trees else {})
+            create_topics(b.bootstrap, [topic], p, config=config if name in trees else {})
             wait_writable(b.bootstrap, requests)
             load_round(b.bootstrap, requests, args.connections, args.depth, 1.0)
         names = list(brokers)
@@ -184,7 +168,7 @@ def run_point(p: int, args: argparse.Namespace, trees: dict[str, Path], base: Pa
                     (n / elapsed, n * per_request / elapsed / 1e6, (cpu1 - cpu0) / n * 1e6,
                      loop_us))
         for b in kafkas.values():
-            delete_topic(b.bootstrap, topic)
+            delete_topics(b.bootstrap, [topic])
     finally:
         stop_all([b for b in brokers.values() if isinstance(b, Broker)])
         for b in brokers.values():
@@ -257,11 +241,11 @@ def main() -> None:
         kafkas = {peer_kafka.MODES[m][0]: b for m, b in started.items()}
         for label, k in kafkas.items():  # its JIT compiles while serving: untimed
             progress(f"warm-up, {label}")
-            create_topic(k.bootstrap, "jit", 1, {})
+            create_topics(k.bootstrap, ["jit"], 1)
             reqs = produce_requests("jit", 1, args.records, args.size, args.acks)
             wait_writable(k.bootstrap, reqs)
             load_round(k.bootstrap, reqs, args.connections, args.depth, 5.0)
-            delete_topic(k.bootstrap, "jit")
+            delete_topics(k.bootstrap, ["jit"])
         for p in points:
             run_point(p, args, trees, Path(tmp), kafkas, res)
     print(f"\nmedian (min-max) of the rounds; xNp: the target's median over its own at "

@@ -52,6 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._topics import create_topics
 from tests.integration.conftest import BrokerProcess
 
 from tidegate.records.batch import BatchHeader
@@ -105,17 +106,6 @@ def pid_of(b: BrokerProcess) -> int:
 # -- 1. partitions ----------------------------------------------------------------------
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> float:
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300_000})
-    t0 = time.perf_counter()
-    futs = admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=900,
-                               operation_timeout=900)
-    futs[topic].result()
-    return time.perf_counter() - t0
-
-
 def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int) -> float:
     """MB/s from the first produce() to the last acknowledgement."""
     from confluent_kafka import Producer
@@ -157,7 +147,7 @@ def partitions_point(count: int, config: str, records: int, size: int) -> dict[s
         row: dict[str, Any] = {"partitions": count, "config": config}
         try:
             start_timed(b)
-            row["create_s"] = create_topic(b.bootstrap, "scale", count)
+            row["create_s"] = create_topics(b.bootstrap, ["scale"], count, timeout=900)
             row["mb_s"] = produce(b.bootstrap, "scale", count, records, size)
             row.update(probe(pid_of(b)))
             b.stop(timeout=600)
@@ -246,7 +236,7 @@ def groups_point(count: int) -> dict[str, Any]:
         row: dict[str, Any] = {"groups": count}
         try:
             start_timed(b)
-            create_topic(b.bootstrap, "g", 1)
+            create_topics(b.bootstrap, ["g"], 1)
             base = rss_mb(pid_of(b))
             t0 = time.perf_counter()
             commit_offsets(b.bootstrap, "g", count)
@@ -306,7 +296,7 @@ def txns_point(count: int, txns: int) -> dict[str, Any]:
         row: dict[str, Any] = {"open_txns": count}
         try:
             start_timed(b)
-            create_topic(b.bootstrap, "t", 1)
+            create_topics(b.bootstrap, ["t"], 1)
             lat = sorted(asyncio.run(_txn_latencies(b.bootstrap, count, txns)))
             row["commit_p50_ms"] = lat[len(lat) // 2] * 1000
             row["commit_p99_ms"] = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
