@@ -21,6 +21,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The JVM options of the tests' Spark drivers: the client JIT only (C1) and the serial
+# GC. A test's driver lives a minute running small jobs; C2 recompiling Spark's hot
+# code and G1's threads only compete with it for the machine's cores (docs/spark.md's
+# snippet: ~25 s of ~85 s on two busy cores). Spark, its plans and the data are the same.
+SPARK_TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from tests.integration.conftest import ROOT, BrokerProcess
+from tests.integration.conftest import ROOT, SPARK_TEST_JVM_OPTIONS, BrokerProcess
 
 pytestmark = pytest.mark.interop
 
@@ -78,6 +78,9 @@ def test_doc_snippet_runs(shared_broker: BrokerProcess, page: str, index: int,
     assert "127.0.0.1:9092" in code, "snippets name make run's broker"
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    # a snippet's SparkSession.builder starts its driver through spark-submit
+    env.setdefault("PYSPARK_SUBMIT_ARGS",
+                   f'--driver-java-options "{SPARK_TEST_JVM_OPTIONS}" pyspark-shell')
     r = subprocess.run([sys.executable, "-c", code.replace("127.0.0.1:9092",
                                                           shared_broker.bootstrap)],
                        capture_output=True, text=True, env=env, timeout=90, cwd=ROOT)

@@ -19,7 +19,7 @@ pytest.importorskip("pyspark")
 from confluent_kafka import Producer as CProducer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from tests.integration.conftest import BrokerProcess
+from tests.integration.conftest import SPARK_TEST_JVM_OPTIONS, BrokerProcess
 
 from tidegate.client import Admin, NewTopic, Producer
 from tidegate.spark import register
@@ -49,6 +49,7 @@ def spark() -> Iterator[SparkSession]:
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.extraJavaOptions", SPARK_TEST_JVM_OPTIONS)
                .getOrCreate())
     register(session)
     try:
