@@ -35,7 +35,7 @@ from confluent_kafka import Consumer as CConsumer
 from confluent_kafka import Producer as CProducer
 from confluent_kafka import TopicPartition as CTopicPartition
 from pyspark.sql.types import BinaryType, StructField, StructType
-from tests.integration.conftest import ROOT, BrokerProcess
+from tests.integration.conftest import ROOT, SPARK_TEST_JVM_OPTIONS, BrokerProcess
 
 from tidegate.client import Admin, NewTopic
 from tidegate.spark.stream_writer import BATCH_ID_KEY, QUERY_ID_KEY
@@ -155,7 +155,9 @@ def _run(bootstrap: str, src: str, out: str, ckpt: Path, *, master: str = "local
     full_env.update(env or {})
     proc = subprocess.Popen(
         [sys.executable, str(script), bootstrap, src, out, str(ckpt), master,
-         json.dumps(confs or {})], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         # the driver JVM as in the other Spark tests (a short job warms its JIT up)
+         json.dumps({"spark.driver.extraJavaOptions": SPARK_TEST_JVM_OPTIONS, **(confs or {})})],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=full_env, cwd=ROOT, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
