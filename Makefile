@@ -249,5 +249,12 @@ demo-tidegate-cluster: install deps-system
 	  echo "Tidegate cluster $$bootstrap (3 brokers, RF 3), Spark master spark://127.0.0.1:$(CLUSTER_PORT) (logs: $(DEMO_TG_CLUSTER_DIR))"; \
 	  $(BIN)/python examples/spark_pipeline.py $$bootstrap --master spark://127.0.0.1:$(CLUSTER_PORT)
 
+# segmentio/kafka-go's own Go test suite against a Tidegate broker on localhost:9092/9093
+# (needs Go and those ports free; fetches the module through the Go module proxy). Not
+# part of `make test`: it takes about 7 minutes. docs/compat-kafka-go.md has the counts.
+.PHONY: compat-kafka-go
+compat-kafka-go: install
+	PYTHON=$(abspath $(BIN))/python tests/compat/kafka_go.sh
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info
