@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run install deps-system deps-node deps-kafka deps-java fuzz-c lint typecheck layers unit test soak bench bench-quick demo demo-cluster demo-tidegate-cluster clean compat-franz-go
+.PHONY: run install deps-system deps-node deps-kafka deps-java fuzz-c lint typecheck layers unit test soak bench bench-quick demo demo-cluster demo-tidegate-cluster clean compat-franz-go compat-confluent-kafka-python
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -149,6 +149,15 @@ fuzz-c: install
 # ARGS: e.g. ARGS="--run TestTxnEtl --records 50000".
 compat-franz-go: install
 	$(BIN)/python tests/compat/franz_go.py $(ARGS)
+
+# confluent-kafka-python's own integration tests (tests/integration of its repository, tag
+# v2.15.0) against a broker of this tree, with the classic and the KIP-848 group protocol
+# (not in `make test`: about seven minutes). The suite is cloned into
+# build/confluent-kafka-python/suite the first time (or ARGS="--suite DIR"), its test
+# dependencies go to a venv of their own there (tests/compat/confluent_kafka_python.py;
+# docs/compatibility.md, "Client test suites"). ARGS: e.g. ARGS="--protocol classic -k txn".
+compat-confluent-kafka-python: install
+	$(BIN)/python tests/compat/confluent_kafka_python.py $(ARGS)
 
 # The broker benches run Apache Kafka beside Tidegate when its jars are there (make
 # deps-kafka; bench/peer_kafka.py); without them they say so and measure Tidegate only.
