@@ -40,7 +40,10 @@ CLUSTER_OPS = frozenset(
     {_O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS, _O.IDEMPOTENT_WRITE,
      _O.ALTER, _O.DESCRIBE}
 )  # fmt: skip
-GROUP_OPS = frozenset({_O.READ, _O.DELETE, _O.DESCRIBE})
+# Kafka 4 (group configs): DescribeConfigs and AlterConfigs on a group too (AclEntry)
+GROUP_OPS = frozenset(
+    {_O.READ, _O.DELETE, _O.DESCRIBE, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}
+)  # fmt: skip
 
 
 def authorized_operations(supported: frozenset[AclOperation], requested: bool) -> int:
