@@ -38,6 +38,7 @@ LIGHT_MODULES = frozenset({
     "test_examples",
     "test_fetch_sessions",
     "test_fuzz_requests",
+    "test_group_authorized_ops",
     "test_groups_broker",
     "test_groups_client",
     "test_idempotence",
