@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from tidegate.common.errors import OffsetOutOfRangeError
+from tidegate.common.errors import OffsetOutOfRangeError, PolicyViolationError
 from tidegate.storage import retention
 from tidegate.storage.log_state import LogState
 from tidegate.storage.recovery import CLEANER_OFFSET_FILE, LOG_START_OFFSET_FILE
@@ -46,9 +46,16 @@ class CleanupLog(LogState):
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: advance the log start offset to `offset` (persisted) and delete
-        the segments wholly below it. Returns the new log start offset."""
+        the segments wholly below it. Returns the new log start offset. Refused on a
+        topic whose cleanup.policy lacks delete (compact only), before the range check,
+        as Kafka's leader refuses it (POLICY_VIOLATION)."""
         with self._lock:
             self._check_open()
+            if not self._config.delete:
+                raise PolicyViolationError(
+                    f"Records of partition {self.topic_partition} can not be deleted due "
+                    "to the configured policy"
+                )
             if offset < 0 or offset > self.high_watermark:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records before {offset}: the high watermark of "

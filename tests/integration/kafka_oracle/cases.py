@@ -344,6 +344,19 @@ CASES: list[Case] = [
             {"partition_index": 0, "offset": -1}]}], "timeout": 5000}),
         list_offsets("oracle-dr", -2),
     ], sample=True),
+    # a compact-only topic refuses DeleteRecords (POLICY_VIOLATION) before any range
+    # check; compact,delete allows it (kafka-delete-records against a compacted topic)
+    Case("delete_records_compacted", [
+        create("oracle-drc", configs={"cleanup.policy": "compact"}),
+        produce("oracle-drc", batch(3)),
+        Step(21, {"topics": [{"name": "oracle-drc", "partitions": [
+            {"partition_index": 0, "offset": 1}]}], "timeout": 5000}),
+        Step(21, {"topics": [{"name": "oracle-drc", "partitions": [
+            {"partition_index": 0, "offset": 100}]}], "timeout": 5000}),
+        alter_configs(TOPIC, "oracle-drc", "cleanup.policy", "compact,delete"),
+        Step(21, {"topics": [{"name": "oracle-drc", "partitions": [
+            {"partition_index": 0, "offset": 1}]}], "timeout": 5000}),
+    ], sample=True),
     Case("describe_and_list_groups", [
         Step(15, {"groups": ["oracle-g-nosuch2", ""],
                   "include_authorized_operations": False}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tidegate.common.errors import (
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
 )
 from tidegate.records.batch import CRC_OFFSET, compute_crc, iter_headers
 from tidegate.records.builder import build_batch
@@ -252,6 +254,20 @@ def test_delete_records_before(tmp_path: Path) -> None:
     log.close()
     log = open_log(tmp_path)  # persisted
     assert log.log_start_offset == 40
+
+
+def test_delete_records_refused_on_a_compact_only_topic(tmp_path: Path) -> None:
+    # Kafka's leader checks the policy first: POLICY_VIOLATION even for an offset out of
+    # range; compact,delete allows it
+    log = open_log(tmp_path, dataclasses.replace(SMALL, cleanup_policy=("compact",)))
+    fill(log, 10)
+    for offset in (5, 500):
+        with pytest.raises(PolicyViolationError):
+            log.delete_records_before(offset)
+    assert log.log_start_offset == 0
+    log.update_config(dataclasses.replace(SMALL, cleanup_policy=("compact", "delete")))
+    assert log.delete_records_before(5) == 5
+    log.close()
 
 
 def test_retention_by_time(tmp_path: Path) -> None:
