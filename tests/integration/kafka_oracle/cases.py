@@ -249,7 +249,9 @@ CASES: list[Case] = [
     Case("list_offsets_specials", [
         create("oracle-lo"), produce("oracle-lo", batch(3)),
         list_offsets("oracle-lo", -1), list_offsets("oracle-lo", -2),
-        list_offsets("oracle-lo", -3), list_offsets("oracle-lo", TS + 1),
+        list_offsets("oracle-lo", -3), list_offsets("oracle-lo", -4),
+        list_offsets("oracle-lo", -5),  # latest tiered (KIP-1005): none here, offset -1
+        list_offsets("oracle-lo", TS + 1),
         list_offsets("oracle-lo", TS + 10**9), list_offsets("oracle-lo", -1, partition=4),
     ], sample=True),
     Case("offset_commit_unknown_group", [

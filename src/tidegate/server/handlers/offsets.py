@@ -2,8 +2,9 @@
 
 ListOffsets special timestamps (Kafka's): -1 latest (the high watermark; the last
 stable offset for read_committed), -2 earliest, -3 max timestamp (KIP-734), -4
-earliest local (KIP-405), -5 earliest tiered: with no tiered storage, -4 and -5 equal
--2. Any other timestamp finds the first offset whose timestamp is >= it. A follower
+earliest local (KIP-405), -5 latest tiered (KIP-1005): with no tiered storage -4
+equals -2, and -5 finds nothing (offset -1, as Kafka answers when remote storage is
+off). Any other timestamp finds the first offset whose timestamp is >= it. A follower
 broker asking (`replica_id` >= 0, as its fetcher does after OFFSET_OUT_OF_RANGE) sees
 the whole log: latest is the log end offset, as in Kafka.
 
@@ -28,7 +29,7 @@ from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import error_fields
 from tidegate.server.partition import NO_EPOCH, Partition
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_TIERED = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
 def _leader(broker: Broker, topic: str, index: int, p: Any) -> Partition | ErrorCode:
@@ -72,8 +73,10 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> 
             try:
                 if ts == LATEST:
                     out["offset"] = visible
-                elif ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_TIERED):
+                elif ts in (EARLIEST, EARLIEST_LOCAL):
                     out["offset"] = lg.log_start_offset
+                elif ts == LATEST_TIERED:
+                    pass  # nothing is tiered: offset -1
                 elif ts == MAX_TIMESTAMP:
                     if visible > lg.log_start_offset:
                         max_ts, max_off = lg.max_timestamp_and_offset()
