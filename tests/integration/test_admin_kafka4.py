@@ -138,6 +138,14 @@ def test_list_config_resources(b: BrokerProcess, kp: KafkaAdminClient,
     listed = kp.list_config_resources(["TOPIC", "GROUP", "BROKER"])
     assert {A, B} <= set(listed["topic"]) and "k4-group" in listed["group"]
     assert listed["broker"] == [str(raw.call(60, 0, {}).brokers[0].broker_id)]
+    # a group with configs but no members or offsets is listed, as Kafka lists it
+    # (kafka-configs --describe --entity-type groups shows its configs then)
+    set_cfg = raw.call(44, 0, {"resources": [{
+        "resource_type": 32, "resource_name": "k4-config-only", "configs": [{
+            "name": "consumer.session.timeout.ms", "config_operation": 0,
+            "value": "50000"}]}], "validate_only": False})
+    assert set_cfg.responses[0].error_code == 0
+    assert "k4-config-only" in kp.list_config_resources(["GROUP"])["group"]
     v0 = raw.call(74, 0, {})  # ListClientMetricsResources: no named subscriptions
     assert v0.error_code == 0 and v0.config_resources == ()
     assert raw.call(74, 1, {"resource_types": [99]}).error_code == UNSUPPORTED_VERSION

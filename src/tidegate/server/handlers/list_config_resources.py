@@ -6,7 +6,8 @@ settings rather than in named client-metrics resources, so that list is always e
 v1 takes resource types (none: every type Kafka 4.1 lists): topics (2, internal ones
 included), the brokers (4) and their loggers (8) by node id, groups (32, those this
 broker's group coordinator holds: in a cluster, each broker answers for the groups of
-the `__consumer_offsets` partitions it leads, as Kafka's coordinator does), and
+the `__consumer_offsets` partitions it leads, as Kafka's coordinator does; and those
+with configs set, even with no members or offsets, as Kafka lists them), and
 client-metrics (16, empty). Another type is UNSUPPORTED_VERSION for the request.
 
 ACL, as Kafka's KafkaApis: DESCRIBE_CONFIGS on the cluster, else
@@ -44,7 +45,9 @@ async def _names(broker: Broker, rtype: int) -> list[str]:
                                                key=lambda b: b.node_id)]
     if rtype == GROUP:
         _code, groups = await broker.group_coordinator.list_groups([], [])
-        return sorted(g.group_id for g in groups)
+        # and a group with configs but no members or offsets (never used, or deleted):
+        # Kafka keeps its configs and lists it (kafka-configs --describe shows them)
+        return sorted({g.group_id for g in groups} | set(broker.group_configs.groups()))
     return []  # CLIENT_METRICS: no named subscriptions
 
 
