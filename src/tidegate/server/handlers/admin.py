@@ -88,7 +88,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             validate_topic_configs(configs)
             if broker.metadata.topic(name) is not None:
                 raise KafkaError(
-                    f"topic '{name}' already exists.", code=ErrorCode.topic_already_exists
+                    f"Topic '{name}' already exists.", code=ErrorCode.topic_already_exists
                 )
             topic_id, factor = await broker.topic_admin.create_topic(
                 name, partitions, factor, by_partition or None, configs,
