@@ -44,6 +44,7 @@ LIGHT_MODULES = frozenset({
     "test_idempotence",
     "test_interop",
     "test_java_client",
+    "test_kafka_cli",
     "test_kafkajs",
     "test_metrics",
     "test_request_order",
