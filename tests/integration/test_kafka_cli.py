@@ -148,13 +148,20 @@ def test_configs_offsets_and_delete_records(kt: Tools) -> None:
     assert r.rc == 0 and "consumer.session.timeout.ms=50000" in r.out, r.out
 
 
-def test_acls_features_and_quorum(kt: Tools) -> None:
+def test_acls_loggers_features_and_quorum(kt: Tools) -> None:
     r = kt.run(ACLS, "--add", "--allow-principal", "User:alice", "--operation", "Read",
                "--topic", "cli-a")
     assert r.rc == 0, r.out
     r = kt.run(ACLS, "--list", "--topic", "cli-a")
     assert r.rc == 0 and "(principal=User:alice, host=*, operation=READ, " \
         "permissionType=ALLOW)" in r.out, r.out
+    # broker loggers: the broker's log levels, changed at run time (was INVALID_REQUEST)
+    r = kt.run(CONFIGS, "--alter", "--entity-type", "broker-loggers", "--entity-name", "1",
+               "--add-config", "tidegate.server.broker=DEBUG")
+    assert r.rc == 0 and "Completed updating config for broker-logger 1." in r.out, r.out
+    r = kt.run(CONFIGS, "--describe", "--entity-type", "broker-loggers", "--entity-name", "1")
+    assert r.rc == 0 and "  root=" in r.out, r.out
+    assert "  tidegate.server.broker=DEBUG sensitive=false synonyms={}" in r.out, r.out
     r = kt.run(FEATURES, "describe")
     assert r.rc == 0 and "Feature: metadata.version" in r.out, r.out
     # no KRaft quorum to describe: a clean refusal, as a ZooKeeper-era broker's

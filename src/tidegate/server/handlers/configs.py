@@ -24,7 +24,8 @@ ZooKeeper's `/config/topics/<t>`, which every broker applies and describes alike
 Group resources (type 32, KIP-848) list every group config (server/group_config.py)
 with source GROUP_CONFIG (8) when the group overrides it and DEFAULT_CONFIG otherwise,
 whether or not the group exists; altering one validates the group's whole new set
-against the broker's bounds and stores it durably.
+against the broker's bounds and stores it durably. Broker-logger resources (type 8, by
+this broker's id) are the process's log levels (server/broker_loggers.py).
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ from tidegate.server.authz import AclOperation as Op
 from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
+from tidegate.server.broker_loggers import alter_loggers, describe_loggers
+from tidegate.server.config_ops import (
+    APPEND,
+    SET,
+    SUBTRACT,
+    apply_ops,
+    not_a_list,
+    not_a_list_base,
+)
 from tidegate.server.context import RequestContext
 from tidegate.server.dynamic_config import (
     DYNAMIC_KEYS,
@@ -65,7 +75,6 @@ log = logging.getLogger(__name__)
 
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SRC_TOPIC, SRC_DYNAMIC_BROKER, SRC_DYNAMIC_DEFAULT, SRC_STATIC, SRC_DEFAULT = 1, 2, 3, 4, 5
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 BROKER_TYPES = {"int": 5, "bool": 1, "str": 2, "list": 7}
 
 
@@ -202,6 +211,12 @@ def _authorize(broker: Broker, ctx: RequestContext, op: Op, rtype: int, name: st
         raise KafkaError(code=ErrorCode.cluster_authorization_failed)
 
 
+def _this_broker(broker: Broker, name: str) -> None:
+    if name != str(broker.node_id):  # Kafka's words
+        raise InvalidRequestError(f"Unexpected broker id, expected {broker.node_id} but "
+                                  f"received {name}" if name else "Broker id must not be empty")
+
+
 async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     include_synonyms = bool(view(req, "include_synonyms", False))
     include_docs = bool(view(req, "include_documentation", False))
@@ -231,6 +246,9 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
                     raise InvalidRequestError("Group name must not be empty")
                 overrides = broker.group_configs.get(r.resource_name)
                 configs = describe_group_configs(overrides, broker.config)
+            elif r.resource_type == BROKER_LOGGER:
+                _this_broker(broker, r.resource_name)
+                configs = describe_loggers()
             else:
                 raise InvalidRequestError(f"resource type {r.resource_type} is not supported")
             wanted = r.configuration_keys
@@ -248,52 +266,11 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
     return build(ctx.response_class, {"throttle_time": 0, "results": results})
 
 
-def _apply_ops(
-    current: dict[str, str | None],
-    ops: list[tuple[str, int, str | None]],
-    list_base: Callable[[str], str],
-) -> dict[str, str | None]:
-    """Apply incremental operations to a copy of `current`; None means delete.
-
-    `list_base(name)` is the value an APPEND/SUBTRACT starts from when `current` lacks
-    the key, and raises InvalidConfigError if `name` is not a list config. A SUBTRACT
-    may leave a list empty (Kafka's list validator allows it).
-    """
-    result = dict(current)
-    for name, op, value in ops:
-        if op == SET:
-            result[name] = value
-        elif op == DELETE:
-            result[name] = None
-        elif op in (APPEND, SUBTRACT):
-            base = list_base(name)
-            if result.get(name) is not None:
-                base = result[name] or ""
-            items = [x.strip() for x in base.split(",") if x.strip()]
-            new = [x.strip() for x in (value or "").split(",") if x.strip()]
-            if op == APPEND:
-                items += [x for x in new if x not in items]
-            else:
-                items = [x for x in items if x not in new]
-            result[name] = ",".join(items)
-        else:
-            raise InvalidRequestError(f"unknown config operation {op}")
-    return result
-
-
-def _not_a_list(name: str) -> InvalidConfigError:
-    return InvalidConfigError(f"{name} is not a list config; APPEND/SUBTRACT apply only to lists")
-
-
-def _not_a_list_base(name: str) -> str:
-    raise _not_a_list(name)
-
-
 def _topic_list_base(defaults: LogConfig) -> Callable[[str], str]:
     def base(name: str) -> str:
         key = TOPIC_CONFIG_KEYS.get(name)
         if key is None or key.type != ConfigType.LIST:
-            raise _not_a_list(name)
+            raise not_a_list(name)
         return defaults.value_of(name)
 
     return base
@@ -303,7 +280,7 @@ def _broker_list_base(broker: Broker) -> Callable[[str], str]:
     def base(name: str) -> str:
         key = DYNAMIC_KEYS.get(base_name(name))
         if key is None or key.type != ConfigType.LIST:
-            raise _not_a_list(name)
+            raise not_a_list(name)
         if name in broker.config.explicit:
             return broker.config.get(name)
         return _broker_default(name) or ""
@@ -319,7 +296,7 @@ def _topic_change(
 
     def change(current: dict[str, str]) -> dict[str, str]:
         base: dict[str, str | None] = dict(current) if incremental else {}
-        new = _apply_ops(base, ops, _topic_list_base(broker.log_defaults))
+        new = apply_ops(base, ops, _topic_list_base(broker.log_defaults))
         final = {k: v for k, v in new.items() if v is not None}
         LogConfig.from_props(final, broker.log_defaults)  # unknown names, bad values
         return final
@@ -337,7 +314,7 @@ async def _alter_broker(broker: Broker, name: str, ops: Any, incremental: bool,
 
     def change(current: dict[str, str]) -> dict[str, str]:
         base: dict[str, str | None] = dict(current) if incremental else {}
-        new = _apply_ops(base, ops, _broker_list_base(broker))
+        new = apply_ops(base, ops, _broker_list_base(broker))
         final = {k: v for k, v in new.items() if v is not None}
         touched = {key for key, _, _ in ops} | (set(current) - set(final))
         check_elr_min_isr(per_broker, {key: final.get(key) for key in touched})
@@ -361,7 +338,7 @@ async def _alter_group(broker: Broker, group: str, ops: Any, incremental: bool, 
             if op in (APPEND, SUBTRACT):
                 verb = "APPEND" if op == APPEND else "SUBTRACT"
                 raise InvalidConfigError(f"Can't {verb} to key {key} because its type is not LIST.")
-        new = _apply_ops(base, ops, _not_a_list_base)
+        new = apply_ops(base, ops, not_a_list_base)
         final = {k: v for k, v in new.items() if v is not None}
         validate_group_configs(group, final, broker.config)
         if dry or final == current:
@@ -398,7 +375,8 @@ async def _alter(broker: Broker, ctx: RequestContext, req: Any, incremental: boo
             elif r.resource_type == GROUP:
                 await _alter_group(broker, r.resource_name, ops, incremental, validate_only)
             elif r.resource_type == BROKER_LOGGER:
-                raise InvalidRequestError("broker logger configs are not supported")
+                _this_broker(broker, r.resource_name)
+                alter_loggers(ops, validate_only)
             else:
                 raise InvalidRequestError(f"resource type {r.resource_type} is not supported")
         except KafkaError as e:
