@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 _T = ConfigType
+# Kafka 4 (KIP-1030): a CreateTime timestamp at most an hour ahead of the broker's clock
+TIMESTAMP_AFTER_MAX_DEFAULT = 3_600_000
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("cleanup.policy", _T.LIST, ("delete",),
@@ -85,8 +87,9 @@ _KEYS: tuple[ConfigKey, ...] = (
               "Accepted; Tidegate serves record batch v2 only.", Anything()),
     ConfigKey("message.format.version", _T.STRING, "3.0-IV1",
               "Deprecated; accepted and ignored.", Anything()),
-    ConfigKey("message.timestamp.after.max.ms", _T.LONG, LONG_MAX,
-              "How far in the future a CreateTime timestamp may be.", Range(0)),
+    ConfigKey("message.timestamp.after.max.ms", _T.LONG, TIMESTAMP_AFTER_MAX_DEFAULT,
+              "How far in the future a CreateTime timestamp may be (Kafka 4's default: "
+              "1 hour, KIP-1030).", Range(0)),
     ConfigKey("message.timestamp.before.max.ms", _T.LONG, LONG_MAX,
               "How far in the past a CreateTime timestamp may be.", Range(0)),
     ConfigKey("message.timestamp.difference.max.ms", _T.LONG, LONG_MAX,
@@ -259,9 +262,14 @@ class LogConfig:
 
     @cached_property
     def timestamp_after_max_ms(self) -> int:
-        if self.message_timestamp_after_max_ms == LONG_MAX:
-            return self.message_timestamp_difference_max_ms
-        return self.message_timestamp_after_max_ms
+        """Effective future limit: the deprecated difference key, when set, applies
+        while this key keeps its default (as in Kafka 3.6-3.9, where that default was
+        Long.MAX_VALUE; Kafka 4 dropped the difference key)."""
+        after = self.message_timestamp_after_max_ms
+        difference = self.message_timestamp_difference_max_ms
+        if after == TIMESTAMP_AFTER_MAX_DEFAULT and difference != LONG_MAX:
+            return difference
+        return after
 
 
 # topic key -> broker keys in precedence order, each with a unit multiplier to ms.

@@ -181,6 +181,20 @@ def test_timestamp_bounds(tmp_path: Path) -> None:
     log.append(batch(1, ts=-1))  # no timestamp: not checked
 
 
+def test_future_timestamps_limited_to_an_hour_by_default(tmp_path: Path) -> None:
+    """Kafka 4's default (KIP-1030): a CreateTime timestamp at most an hour ahead; the
+    past is not limited. The deprecated difference key still applies when set."""
+    log = open_log(tmp_path, LogConfig(), ManualClock(BASE_TS))
+    log.append(batch(1, ts=BASE_TS + 3_600_000))
+    log.append(batch(1, ts=BASE_TS - 10 * 365 * 86_400_000))
+    with pytest.raises(InvalidTimestampError):
+        log.append(batch(1, ts=BASE_TS + 3_600_001))
+    old = LogConfig.from_props({"message.timestamp.difference.max.ms": "7200000"})
+    assert old.timestamp_after_max_ms == 7_200_000
+    assert LogConfig.from_props({"message.timestamp.after.max.ms": str(2**63 - 1)}
+                                ).timestamp_after_max_ms == 2**63 - 1
+
+
 def test_roll_by_time_and_by_index_size(tmp_path: Path) -> None:
     clock = ManualClock(BASE_TS)
     log = open_log(tmp_path, LogConfig(segment_ms=1000), clock)
