@@ -60,6 +60,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("metrics_cost", ["--records", "10000", "--rounds", "1", "--scrape-partitions", "200",
                       "--scrapes", "3"]),
     ("records", ["--per-record-only"]),
+    ("frame_assembler", ["--frames", "800", "--rounds", "3"]),
     ("embedded_start", ["--rounds", "1"]),
     ("patterns", ["--quick"]),
     ("cluster", ["--quick"]),

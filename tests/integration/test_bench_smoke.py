@@ -137,3 +137,15 @@ def test_cluster_bench_quick() -> None:
     assert re.search(r"kill 1: broker \d .* after \d+\.\d\d s, next acks=all record "
                      r"acknowledged after \d+\.\d\d s", out), out
     assert re.search(r"read back: (\d+) acknowledged, \1 read back, each once", out), out
+
+
+def test_frame_assembler_bench_tiny() -> None:
+    """bench/frame_assembler.py at a tiny size: the floor and this tree's row print."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "frame_assembler.py"),
+                           "--frames", "32", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for row in ("plain copy of the reads (the floor)", "this tree"):
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(row)), None)
+        assert line is not None and re.search(r"\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+$", line), \
+            proc.stdout
