@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run install deps-system deps-node deps-kafka deps-java fuzz-c lint typecheck layers unit test soak bench bench-quick demo demo-cluster demo-tidegate-cluster clean compat-franz-go compat-confluent-kafka-python
+.PHONY: run install deps-system deps-node deps-kafka deps-java fuzz-c lint typecheck layers unit test soak bench bench-quick demo demo-cluster demo-tidegate-cluster clean compat-franz-go compat-confluent-kafka-python compat-librdkafka
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -181,6 +181,13 @@ bench: install
 # (flush=1) shared by all: a change's effect in under two minutes, before it lands.
 bench-quick: install
 	$(BIN)/python bench/quick.py $(ARGS)
+
+# librdkafka's own test suite (its tests/ directory, at the version confluent-kafka ships)
+# against a Tidegate broker: builds the suite once under /tmp/tidegate-librdkafka (a C
+# compiler; rapidjson-dev for the stats tests), runs the chosen broker tests, prints the
+# pass/fail/skip counts (docs/compatibility.md). Not part of `make test`: 10-20 minutes.
+compat-librdkafka: install deps-kafka
+	PYTHON=$(CURDIR)/$(BIN)/python tests/compat/librdkafka.sh
 
 # examples/spark_pipeline.py (Spark local[*]) against a broker of its own on DEMO_PORT,
 # data in a scratch directory; the broker stops when the example ends.
