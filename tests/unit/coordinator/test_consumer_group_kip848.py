@@ -220,6 +220,39 @@ def test_offsets_and_deletion_of_a_consumer_group() -> None:
     assert "g" not in log.shard.consumer_groups
 
 
+def test_offset_delete_refuses_the_topics_a_consumer_group_subscribes_to() -> None:
+    # Kafka's ConsumerGroup: OffsetDelete of a subscribed topic's partition is
+    # GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to it (librdkafka's 0081
+    # DeleteConsumerGroupOffsets "with subscribing consumer", group.protocol=consumer)
+    from tidegate.coordinator.group import offsets
+    from tidegate.coordinator.group.messages import CommitPartition, OffsetCommitRequest
+
+    log = _Log()
+    r = log.run(consumer.HeartbeatRequest("g", "m1", 0, rebalance_timeout_ms=1000,
+                                          subscribed_topic_names=("a",)), 0)
+
+    def delete(now: int) -> tuple[ErrorCode, list[tuple[tuple[str, int], ErrorCode]]]:
+        res = offsets.delete_offsets(log.shard, "g", [("a", 0), ("b", 1)], now)
+        _replay(log, res.records)
+        return res.response[0], list(res.response[1])
+
+    # no offsets committed yet: the group exists all the same
+    assert delete(1) == (ErrorCode.none, [(("a", 0), ErrorCode.group_subscribed_to_topic),
+                                          (("b", 1), ErrorCode.none)])
+    commit = offsets.commit(log.shard, OffsetCommitRequest(
+        "g", r.member_epoch, "m1", partitions=(CommitPartition("a", 0, 5),
+                                              CommitPartition("b", 1, 7))), 2)
+    _replay(log, commit.records)
+    assert delete(3) == (ErrorCode.none, [(("a", 0), ErrorCode.group_subscribed_to_topic),
+                                          (("b", 1), ErrorCode.none)])
+    assert set(log.shard.groups["g"].offsets) == {("a", 0)}
+    # the member leaves: nothing is subscribed any more
+    log.run(consumer.HeartbeatRequest("g", "m1", -1), 4)
+    assert delete(5) == (ErrorCode.none, [(("a", 0), ErrorCode.none), (("b", 1), ErrorCode.none)])
+    g = log.shard.groups.get("g")
+    assert g is None or not g.offsets
+
+
 def test_a_member_that_does_not_revoke_is_fenced_after_its_rebalance_timeout() -> None:
     log = _Log()
     join = {"rebalance_timeout_ms": 500, "subscribed_topic_names": ("a",)}

@@ -195,15 +195,19 @@ def delete_offsets(
     shard: GroupShard, group_id: str, partitions: Iterable[TopicPartition], now: int
 ) -> Result[tuple[ErrorCode, CommitErrors]]:
     """OffsetDelete: allowed for an Empty group, and for a consumer group's topics it
-    does not subscribe to (GROUP_SUBSCRIBED_TO_TOPIC otherwise)."""
+    does not subscribe to (GROUP_SUBSCRIBED_TO_TOPIC otherwise). A KIP-848 group's
+    subscriptions are its members' (by name or regex), as Kafka's ConsumerGroup checks."""
     wanted = list(partitions)
     if not group_id:
         return Result((ErrorCode.invalid_group_id, []))
     group = shard.groups.get(group_id)
-    if group is None:
+    cgroup = shard.consumer_groups.get(group_id)
+    if group is None and cgroup is None:
         return Result((ErrorCode.group_id_not_found, []))
     subscribed: frozenset[str] | None = frozenset()
-    if group.state is not GroupState.EMPTY:
+    if cgroup is not None:
+        subscribed = frozenset(cgroup.subscribed())
+    elif group is not None and group.state is not GroupState.EMPTY:
         if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return Result((ErrorCode.non_empty_group, []))
         subscribed = group.subscribed_topics()
@@ -214,7 +218,7 @@ def delete_offsets(
             errors.append((tp, ErrorCode.group_subscribed_to_topic))
             continue
         errors.append((tp, ErrorCode.none))
-        if tp in group.offsets or shard.pending.has(group_id, tp):
+        if (group is not None and tp in group.offsets) or shard.pending.has(group_id, tp):
             out.records.append((encode_offset_commit_key(group_id, *tp), None))
     return out
 
