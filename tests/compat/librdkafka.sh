@@ -28,8 +28,9 @@
 # cloning), TESTS (a space-separated list overriding the embedded-broker list),
 # CLUSTER_TESTS and NOAUTO_TESTS (likewise for the clusters of the default and the
 # noautocreate scenario; empty to skip one), TEST_TIMEOUT
-# (seconds per test, default 600), PYTHON (default .venv/bin/python), KAFKA_JARS (default
-# tests/integration/kafka_oracle/lib).
+# (seconds per test, default 600), TEST_CONSUMER_GROUP_PROTOCOL=consumer (the suite's own
+# variable: its consumers use KIP-848's protocol instead of the classic one), PYTHON
+# (default .venv/bin/python), KAFKA_JARS (default tests/integration/kafka_oracle/lib).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
