@@ -187,7 +187,7 @@ bench-quick: install
 # compiler; rapidjson-dev for the stats tests), runs the chosen broker tests, prints the
 # pass/fail/skip counts (docs/compatibility.md). Not part of `make test`: 10-20 minutes.
 compat-librdkafka: install deps-kafka
-	PYTHON=$(CURDIR)/$(BIN)/python tests/compat/librdkafka.sh
+	PYTHON=$(abspath $(BIN))/python tests/compat/librdkafka.sh
 
 # examples/spark_pipeline.py (Spark local[*]) against a broker of its own on DEMO_PORT,
 # data in a scratch directory; the broker stops when the example ends.
