@@ -137,7 +137,12 @@ RESULTS=$WORK/results.txt
 : >"$RESULTS"
 make_kafka_path
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+# stop what is left; the brokers' data go, the logs stay
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$WORK/data" "$WORK"/cluster-default "$WORK"/cluster-noautocreate
+}
 trap cleanup EXIT
 
 # the broker configs the suite's default scenario (tests/scenarios/default.json) assumes
