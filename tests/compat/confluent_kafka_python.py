@@ -39,18 +39,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # run as a script: tests/compat/ is on sys.path, not the root
+from tests.compat._broker import CompatBroker  # noqa: E402
+
 REPO_URL = "https://github.com/confluentinc/confluent-kafka-python"
 SASL_USER = "sasl_user"
 # What the suite imports besides confluent-kafka and pytest (its cluster fixture imports
@@ -88,12 +88,6 @@ for name in sys.argv[2:]:
 """
 PROTOCOLS: dict[str, dict[str, str]] = {
     "classic": {}, "consumer": {"TEST_CONSUMER_GROUP_PROTOCOL": "consumer"}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get_suite(args: argparse.Namespace) -> Path:
@@ -144,20 +138,11 @@ def make_venv(work: Path, suite: Path) -> Path:
     return python
 
 
-class Broker:
+class Broker(CompatBroker):
     """One embedded broker from this tree on a PLAINTEXT and a SASL_PLAINTEXT listener."""
 
     def __init__(self, data: Path, log: Path) -> None:
-        self.ports = {name: free_port() for name in ("PLAINTEXT", "SASL")}
-        self.data, self.log_path = data, log
-        self.proc: subprocess.Popen[str] | None = None
-
-    def seeds(self, name: str) -> str:
-        return f"127.0.0.1:{self.ports[name]}"
-
-    def start(self, timeout: float = 60.0) -> None:
-        overrides = {
-            "listeners": ",".join(f"{n}://{self.seeds(n)}" for n in self.ports),
+        super().__init__(data, log, ("PLAINTEXT", "SASL"), "confluent_kafka_python.py", {
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
             "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN",
             "listener.name.sasl.plain.sasl.jaas.config":
@@ -165,44 +150,7 @@ class Broker:
                 f'user_{SASL_USER}="{SASL_USER}";',
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found": "true",
-            "log.dirs": str(self.data),
-            "http.listeners": "",
-        }
-        args = [sys.executable, "-m", "tidegate.cli.main", "serve"]
-        for k, v in overrides.items():
-            args += ["--override", f"{k}={v}"]
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep
-                   + os.environ.get("PYTHONPATH", ""))
-        log = self.log_path.open("w")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env, cwd=ROOT)
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                log.write(line)
-                log.flush()
-                if "listening on" in line:
-                    ready.set()
-            log.close()
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not ready.wait(0.1):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit(f"confluent_kafka_python.py: the broker did not start; "
-                                 f"see {self.log_path}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        })
 
 
 def summarize(junit: Path) -> dict[str, list[tuple[str, str]]]:

@@ -29,28 +29,22 @@ import argparse
 import os
 import re
 import shutil
-import signal
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # run as a script: tests/compat/ is on sys.path, not the root
+from tests.compat._broker import CompatBroker  # noqa: E402
+
 MODULE = "github.com/twmb/franz-go"
 SCRAM_USER, SCRAM_PASSWORD = "kgo", "kgo-secret"
 UNSECURED_HANDLER = ("org.apache.kafka.common.security.oauthbearer.internals.unsecured."
                      "OAuthBearerUnsecuredValidatorCallbackHandler")
 RESULT = re.compile(r"^(\s*)--- (PASS|FAIL|SKIP): (\S+)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def go_binary() -> str:
@@ -85,54 +79,18 @@ def prepare(go: str, version: str, work: Path) -> Path:
     return binary
 
 
-class Broker:
+class Broker(CompatBroker):
     """One embedded broker from this tree on three loopback listeners."""
 
     def __init__(self, data: Path, log: Path) -> None:
-        self.ports = {name: free_port() for name in ("PLAINTEXT", "SCRAM", "OAUTH")}
-        self.data, self.log_path = data, log
-        self.proc: subprocess.Popen[str] | None = None
-
-    def seeds(self, name: str) -> str:
-        return f"127.0.0.1:{self.ports[name]}"
-
-    def start(self, timeout: float = 60.0) -> None:
-        overrides = {
-            "listeners": ",".join(f"{n}://{self.seeds(n)}" for n in self.ports),
+        super().__init__(data, log, ("PLAINTEXT", "SCRAM", "OAUTH"), "franz_go.py", {
             "listener.security.protocol.map":
                 "PLAINTEXT:PLAINTEXT,SCRAM:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT",
             "listener.name.scram.sasl.enabled.mechanisms": "SCRAM-SHA-256",
             "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
             "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class":
                 UNSECURED_HANDLER,
-            "log.dirs": str(self.data),
-            "http.listeners": "",
-        }
-        args = [sys.executable, "-m", "tidegate.cli.main", "serve"]
-        for k, v in overrides.items():
-            args += ["--override", f"{k}={v}"]
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep
-                   + os.environ.get("PYTHONPATH", ""))
-        log = self.log_path.open("w")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env, cwd=ROOT)
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                log.write(line)
-                log.flush()
-                if "listening on" in line:
-                    ready.set()
-            log.close()
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not ready.wait(0.1):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit(f"franz_go.py: the broker did not start; see {self.log_path}")
+        })
 
     def add_scram_user(self) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
@@ -143,15 +101,6 @@ class Broker:
             input=SCRAM_PASSWORD + "\n", capture_output=True, text=True, env=env, cwd=ROOT)
         if out.returncode != 0:
             raise SystemExit(f"franz_go.py: adding the SCRAM user failed: {out.stderr}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def summarize(log: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
