@@ -364,6 +364,24 @@ CASES: list[Case] = [
                   "include_authorized_operations": False}),
         Step(16, {"states_filter": ["NoSuchState"], "types_filter": []}),
     ], sample=True),
+    # the authorized-operations bit sets (no authorizer on either broker: each resource
+    # type's supported operations, as Kafka's AclEntry lists them)
+    Case("authorized_operations", [
+        create("oracle-ao"),
+        Step(8, {"group_id": "oracle-ao-g", "generation_id_or_member_epoch": -1,
+                 "member_id": "", "group_instance_id": None,
+                 "topics": [{"name": "oracle-ao", "partitions": [
+                     {"partition_index": 0, "committed_offset": 1,
+                      "committed_leader_epoch": -1, "committed_metadata": ""}]}]}),
+        Step(15, {"groups": ["oracle-ao-g"], "include_authorized_operations": True},
+             view=lambda r: [g["authorized_operations"] for g in r["groups"]]),
+        Step(3, {"topics": [{"name": "oracle-ao"}], "allow_auto_topic_creation": False,
+                 "include_topic_authorized_operations": True},
+             view=lambda r: [t["topic_authorized_operations"] for t in r["topics"]]),
+        Step(60, {"include_cluster_authorized_operations": True, "endpoint_type": 1,
+                  "include_fenced_brokers": False},
+             view=lambda r: r["cluster_authorized_operations"]),
+    ], sample=True),
     Case("describe_cluster", [Step(60, {"include_cluster_authorized_operations": False,
                                         "endpoint_type": 1, "include_fenced_brokers": False}),
                               Step(60, {"include_cluster_authorized_operations": False,
