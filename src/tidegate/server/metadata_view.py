@@ -84,8 +84,8 @@ class MetadataView(Protocol):
 @runtime_checkable
 class ListenerAwareView(Protocol):
     """A view that can answer with the endpoints of a given listener (Kafka: clients get
-    the endpoints of the listener they came in on). The embedded view is one; a view
-    that is not (the cluster view keeps one listener) answers `brokers()` for all."""
+    the endpoints of the listener they came in on). The embedded and the cluster views
+    are; a view that is not answers `brokers()` for all."""
 
     def brokers_on(self, listener: str) -> Sequence[BrokerEndpoint]: ...
 

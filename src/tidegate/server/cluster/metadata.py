@@ -93,6 +93,18 @@ class ClusterMetadata:
                 out.append(ep)
         return out
 
+    def brokers_on(self, listener: str) -> Sequence[BrokerEndpoint]:
+        """Each live broker's endpoint on `listener`, the one the client came in on; as
+        in Kafka, a broker without that listener is left out (its other endpoints speak
+        another security protocol)."""
+        out = []
+        for bid in sorted(self.brokers_info):
+            info = self.brokers_info[bid]
+            ep = info.endpoint(listener)
+            if ep is not None:
+                out.append(BrokerEndpoint(bid, ep.host, ep.port, info.rack))
+        return out
+
     def broker(self, node_id: int) -> BrokerEndpoint | None:
         info = self.brokers_info.get(node_id)
         return None if info is None else self._endpoint(info)
