@@ -19,15 +19,21 @@
 # Tests that need Kafka's command-line tools (0052, 0077, 0098, 0109 call kafka-topics.sh,
 # kafka-acls.sh, a Java producer) get a stand-in $KAFKA_PATH whose bin/ scripts run
 # Kafka's tool classes from the jars `make deps-kafka` fetched; without them they skip.
+# With SECURITY=1 it also runs the SSL and SASL tests (0097, 0135, 0142) on a 3-broker
+# cluster with SSL (client certificates required), SASL_PLAINTEXT (PLAIN, SCRAM,
+# unsecured OAUTHBEARER) and SASL_SSL listeners, `connections.max.reauth.ms=10000`, a CA
+# and certificates made with openssl and the user trivup makes (security_phase below);
+# and 0101 on a 3-broker cluster with a rack per broker (RACK_TESTS), as trivup does.
 # Not run (docs/compatibility.md says why): the broker-less tests (-l: mock cluster and
-# unit tests), sockem (network fault injection), SASL/SSL/OIDC, other scenarios, share
+# unit tests), sockem (network fault injection), OIDC (0126), other scenarios, share
 # groups (KIP-932), known-issue tests.
 #
 # Environment: RDKAFKA_DIR (default /tmp/tidegate-librdkafka), LIBRDKAFKA_REF (a git tag,
 # default v<libversion>), RDKAFKA_SRC (an existing librdkafka checkout to use instead of
-# cloning), TESTS (a space-separated list overriding the embedded-broker list),
-# CLUSTER_TESTS and NOAUTO_TESTS (likewise for the clusters of the default and the
-# noautocreate scenario; empty to skip one), TEST_TIMEOUT
+# cloning), TESTS (a space-separated list overriding the embedded-broker list; empty
+# to skip that phase), CLUSTER_TESTS, NOAUTO_TESTS and RACK_TESTS (likewise for the
+# clusters of the default and the noautocreate scenario and the racked one), SECURITY=1
+# and SECURITY_TESTS (the security phase and its tests), TEST_TIMEOUT
 # (seconds per test, default 600), TEST_CONSUMER_GROUP_PROTOCOL=consumer (the suite's own
 # variable: its consumers use KIP-848's protocol instead of the classic one), PYTHON
 # (default .venv/bin/python), KAFKA_JARS (default tests/integration/kafka_oracle/lib).
@@ -45,10 +51,12 @@ DEFAULT_TESTS="0001 0002 0003 0005 0007 0008 0011 0012 0013 0014 0015 0016 0017 
 0045 0048 0050 0051 0052 0053 0054 0055 0056 0057 0059 0060 0061 0063 0064 0065 0067
 0069 0070 0073 0077 0081 0082 0083 0084 0085 0086 0089 0090 0091 0092 0093 0099 0102
 0109 0110 0112 0113 0114 0118 0122 0123 0125 0127 0129 0130 0132 0137 0139 0140
-0038 0150"
-TESTS_LIST=${TESTS:-$DEFAULT_TESTS}
+0038 0150 0115 0119"
+TESTS_LIST=${TESTS-$DEFAULT_TESTS}
 CLUSTER_TESTS=${CLUSTER_TESTS-0098 0103}
 NOAUTO_TESTS=${NOAUTO_TESTS-0045 0107 0111}
+RACK_TESTS=${RACK_TESTS-0101}
+SECURITY_TESTS=${SECURITY_TESTS-0097 0135 0142}
 unset TESTS
 
 log() { echo "compat-librdkafka: $*" >&2; }
@@ -102,11 +110,14 @@ EOF
 run_tests() {
     local conf=$1 bootstrap=$2; shift 2
     local t out rc res
+    # LABEL (a run's name: in the log's name and after each test's), QUICK (default -Q;
+    # empty for the tests whose subtests are all left out of quick mode) and SUBTESTS
+    # (the suite's own: one substring of the subtests to run) come from the caller
     for t in "$@"; do
-        out=$WORK/logs/$t-${SCENARIO:-default}.log
+        out=$WORK/logs/$t-${SCENARIO:-default}${LABEL:+-$LABEL}.log
         (cd "$SUITE/tests" && RDKAFKA_TEST_CONF=$conf TEST_KAFKA_VERSION=4.0.0 TESTS=$t \
             BROKERS=$bootstrap LD_LIBRARY_PATH=../src:../src-cpp \
-            timeout "$TEST_TIMEOUT" ./test-runner -Q -E -K -L -p1 -s "${SCENARIO:-default}" >"$out" 2>&1)
+            timeout "$TEST_TIMEOUT" ./test-runner ${QUICK--Q} -E -K -L -p1 -s "${SCENARIO:-default}" >"$out" 2>&1)
         rc=$?
         # the outcome of every test the number selected (0045 has several), from the
         # runner's own "=== Test NAME PASSED|FAILED|SKIPPED ===" lines
@@ -124,7 +135,7 @@ run_tests() {
                 FAILED) why=$(grep -a -A1 '^.*### Test' "$out" | grep -a -v '###' | head -1 | cut -c1-160) ;;
                 SKIPPED) why=$(grep -a -o 'SKIPPING TEST: .*' "$out" | head -1 | cut -c16-120) ;;
             esac
-            printf '%-50s %-7s %s\n' "$name" "$status" "$why" | tee -a "$RESULTS"
+            printf '%-50s %-7s %s\n' "$name${LABEL:+[$LABEL]}" "$status" "$why" | tee -a "$RESULTS"
         done <<<"$res"
     done
 }
@@ -141,7 +152,7 @@ PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
-    rm -rf "$WORK/data" "$WORK"/cluster-default "$WORK"/cluster-noautocreate
+    rm -rf "$WORK/data" "$WORK"/cluster-default "$WORK"/cluster-noautocreate "$WORK"/brokers-*/broker-*/ "$WORK"/brokers-*/zookeeper
 }
 trap cleanup EXIT
 
@@ -150,18 +161,24 @@ BROKER_CONF=(--override num.partitions=4
     --override authorizer.class.name=kafka.security.authorizer.AclAuthorizer
     --override allow.everyone.if.no.acl.found=true --override http.listeners=)
 
-PORT=$(free_port)
-PYTHONPATH=$ROOT/src "$PYTHON" -m tidegate.cli.main serve \
-    --override "listeners=PLAINTEXT://127.0.0.1:$PORT" --override "log.dirs=$WORK/data" \
-    "${BROKER_CONF[@]}" >"$WORK/broker.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 300); do grep -qs "listening on" "$WORK/broker.log" && break; sleep 0.1; done
-grep -q "listening on" "$WORK/broker.log" || { cat "$WORK/broker.log"; exit 2; }
-printf 'bootstrap.servers=127.0.0.1:%s\ntest.timeout.multiplier=2\n' "$PORT" >"$WORK/test.conf"
-log "broker on 127.0.0.1:$PORT; logs in $WORK"
-# shellcheck disable=SC2086
-run_tests "$WORK/test.conf" "127.0.0.1:$PORT" $TESTS_LIST
-kill "${PIDS[0]}" 2>/dev/null
+embedded_phase() {
+    [ -n "$TESTS_LIST" ] || return 0
+    local port pid
+    port=$(free_port)
+    PYTHONPATH=$ROOT/src "$PYTHON" -m tidegate.cli.main serve \
+        --override "listeners=PLAINTEXT://127.0.0.1:$port" --override "log.dirs=$WORK/data" \
+        "${BROKER_CONF[@]}" >"$WORK/broker.log" 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 300); do grep -qs "listening on" "$WORK/broker.log" && break; sleep 0.1; done
+    grep -q "listening on" "$WORK/broker.log" || { cat "$WORK/broker.log"; exit 2; }
+    printf 'bootstrap.servers=127.0.0.1:%s\ntest.timeout.multiplier=2\n' "$port" >"$WORK/test.conf"
+    log "broker on 127.0.0.1:$port; logs in $WORK"
+    # shellcheck disable=SC2086
+    run_tests "$WORK/test.conf" "127.0.0.1:$port" $TESTS_LIST
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+}
+embedded_phase
 
 # cluster_phase SCENARIO "TESTS" OVERRIDE...: a 3-broker cluster of its own, then the tests
 cluster_phase() {
@@ -198,6 +215,146 @@ cluster_phase default "$CLUSTER_TESTS"
 # the tests of librdkafka's `noautocreate` scenario (topic auto-creation off); 0107 and
 # 0111 create their topics with replication factor 3
 cluster_phase noautocreate "$NOAUTO_TESTS" --override auto.create.topics.enable=false
+
+# start_brokers NAME N ARG...: tests/compat/rdkafka_cluster.py (N brokers on the
+# listeners its ARGs name) in the background; sets BROKERS_PID and, for each listener,
+# L_<listener> to its bootstrap list
+start_brokers() {
+    local name=$1 n=$2; shift 2
+    local dir=$WORK/brokers-$name k v
+    PYTHONPATH=$ROOT/src "$PYTHON" "$ROOT/tests/compat/rdkafka_cluster.py" --dir "$dir" \
+        --brokers "$n" "${BROKER_CONF[@]}" "$@" >"$dir.log" 2>&1 &
+    BROKERS_PID=$!
+    PIDS+=("$BROKERS_PID")
+    for _ in $(seq 1800); do
+        [ -f "$dir/listeners.env" ] && break
+        kill -0 "$BROKERS_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ -f "$dir/listeners.env" ] || { log "the brokers of $name did not start (see $dir.log)"; return 1; }
+    while IFS='=' read -r k v; do printf -v "L_$k" %s "$v"; done <"$dir/listeners.env"
+    log "$n broker(s) for $name: $(tr '\n' ' ' <"$dir/listeners.env")"
+}
+stop_brokers() { kill "$BROKERS_PID" 2>/dev/null; wait "$BROKERS_PID" 2>/dev/null; }
+# mark STATUS WHY TEST...: a result line for tests that could not run
+mark() {
+    local status=$1 why=$2 t; shift 2
+    for t in "$@"; do printf '%-50s %-7s %s\n' "$t" "$status" "$why" | tee -a "$RESULTS"; done
+}
+
+# 0101 (fetch from follower) on 3 brokers, each in a rack of its own as trivup sets them
+rack_phase() {
+    [ -n "$RACK_TESTS" ] || return 0
+    # shellcheck disable=SC2086
+    [ -f /usr/share/java/zookeeper.jar ] || { mark SKIPPED "needs 3 brokers: Debian's zookeeper package" $RACK_TESTS; return 0; }
+    # shellcheck disable=SC2086
+    start_brokers racks 3 --racks || { mark FAILED "brokers did not start" $RACK_TESTS; return 0; }
+    printf 'bootstrap.servers=%s\ntest.timeout.multiplier=2\n' "$L_PLAINTEXT" >"$WORK/racks.conf"
+    # shellcheck disable=SC2086
+    LABEL=racks run_tests "$WORK/racks.conf" "${L_PLAINTEXT%%,*}" $RACK_TESTS
+    stop_brokers
+}
+
+# A CA, an unused second CA, a broker certificate (localhost, 127.0.0.1) and a client
+# certificate whose key is in every form 0097 loads (trivup's SSL_* files)
+make_pki() {
+    local d=$1 pw=$2
+    mkdir -p "$d" && (cd "$d" && {
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 30 -subj "/CN=Tidegate test CA"
+        openssl x509 -in ca.pem -outform DER -out ca.der
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout unused-ca.key -out unused-ca.pem -days 30 -subj "/CN=Unused CA"
+        cat ca.pem unused-ca.pem >all-cas.pem
+        openssl req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj "/CN=localhost"
+        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >broker.ext
+        openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.crt -days 30 -extfile broker.ext
+        cat broker.key broker.crt >broker.pem
+        openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj "/CN=librdkafka"
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 30
+        openssl x509 -in client.pem -outform DER -out client.der
+        openssl pkey -in client.key -aes256 -passout "pass:$pw" -out client-priv.pem
+        openssl pkey -in client.key -outform DER -out client-priv.der
+        openssl pkcs12 -export -in client.pem -inkey client.key -certfile ca.pem -passout "pass:$pw" -out client.p12
+    } >"$d/openssl.log" 2>&1)
+}
+
+# run_secure LABEL CONF BOOTSTRAP TEST...: the security tests under one client config;
+# 0142 once per subtest of the non-share consumers (its subtests all leave quick mode;
+# its share-consumer ones need KIP-932)
+run_secure() {
+    local label=$1 conf=$2 boot=$3 t sub subs; shift 3
+    for t in "$@"; do
+        grep -qw "$t" <<<"$SECURITY_TESTS" || continue
+        if [ "$t" = 0142 ]; then
+            subs="do_test_consumer do_test_producer do_test_txn_producer do_test_reauth_failure"
+            [[ $label == oauthbearer* ]] && subs="do_test_consumer do_test_producer do_test_txn_producer do_test_oauthbearer"
+            for sub in $subs; do
+                LABEL=$label:$sub QUICK='' SUBTESTS="$sub:" run_tests "$conf" "$boot" 0142
+            done
+        else
+            LABEL=$label run_tests "$conf" "$boot" "$t"
+        fi
+    done
+}
+
+# The SSL and SASL tests: a 3-broker cluster with the listeners and users trivup sets up
+security_phase() {
+    [ "${SECURITY:-0}" = 1 ] && [ -n "$SECURITY_TESTS" ] || return 0
+    # shellcheck disable=SC2086
+    [ -f /usr/share/java/zookeeper.jar ] || { mark SKIPPED "needs 3 brokers: Debian's zookeeper package" $SECURITY_TESTS; return 0; }
+    local pki=$WORK/pki pw=clientpass plain unsecured c
+    # shellcheck disable=SC2086
+    make_pki "$pki" "$pw" || { mark FAILED "openssl failed: see $pki/openssl.log" $SECURITY_TESTS; return 0; }
+    plain='org.apache.kafka.common.security.plain.PlainLoginModule required user_testuser="testpass";'
+    unsecured=org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler
+    # shellcheck disable=SC2086
+    start_brokers secure 3 --listeners PLAINTEXT,SSL,SASL_PLAINTEXT,SASL_SSL \
+        --override ssl.keystore.type=PEM --override "ssl.keystore.location=$pki/broker.pem" \
+        --override ssl.truststore.type=PEM --override "ssl.truststore.location=$pki/ca.pem" \
+        --override listener.name.ssl.ssl.client.auth=required \
+        --override connections.max.reauth.ms=10000 \
+        --override listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER \
+        --override "listener.name.sasl_plaintext.plain.sasl.jaas.config=$plain" \
+        --override "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class=$unsecured" \
+        --override listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512 \
+        --override "listener.name.sasl_ssl.plain.sasl.jaas.config=$plain" \
+        || { mark FAILED "brokers did not start" $SECURITY_TESTS; return 0; }
+    # the SCRAM user (both mechanisms), through the PLAINTEXT listener
+    printf 'testpass\n' >"$pki/testuser.pw"
+    PYTHONPATH=$ROOT/src "$PYTHON" -m tidegate.cli.main users add testuser \
+        --password-file "$pki/testuser.pw" --bootstrap-server "${L_PLAINTEXT%%,*}" \
+        >>"$WORK/brokers-secure.log" 2>&1 || log "could not add the SCRAM user"
+    # what trivup hands the tests besides test.conf: the files of the client's certificate
+    export SSL_pkcs=$pki/client.p12 SSL_pub_der=$pki/client.der SSL_pub_pem=$pki/client.pem \
+        SSL_priv_der=$pki/client-priv.der SSL_priv_pem=$pki/client-priv.pem \
+        SSL_ca_der=$pki/ca.der SSL_ca_pem=$pki/ca.pem SSL_all_cas_pem=$pki/all-cas.pem \
+        SSL_password=$pw SSL_client_auth=required
+    local ssl="ssl.ca.location=$pki/ca.pem
+ssl.certificate.location=$pki/client.pem
+ssl.key.location=$pki/client-priv.pem
+ssl.key.password=$pw"
+    local user='sasl.username=testuser
+sasl.password=testpass'
+    c=$WORK/secure
+    printf 'bootstrap.servers=%s\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n%s\ntest.timeout.multiplier=2\n' \
+        "$L_SASL_PLAINTEXT" "$user" >"$c-plain.conf"
+    printf 'bootstrap.servers=%s\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n%s\ntest.timeout.multiplier=2\n' \
+        "$L_SASL_PLAINTEXT" "$user" >"$c-scram256.conf"
+    printf 'bootstrap.servers=%s\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n%s\n%s\ntest.timeout.multiplier=2\n' \
+        "$L_SASL_SSL" "$user" "$ssl" >"$c-sasl_ssl.conf"
+    printf 'bootstrap.servers=%s\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\nenable.sasl.oauthbearer.unsecure.jwt=true\nsasl.oauthbearer.config=scope=requiredScope principal=admin\ntest.timeout.multiplier=2\n' \
+        "$L_SASL_PLAINTEXT" >"$c-oauthbearer.conf"
+    printf 'bootstrap.servers=%s\nsecurity.protocol=SSL\n%s\ntest.timeout.multiplier=2\n' \
+        "$L_SSL" "$ssl" >"$c-ssl.conf"
+    run_secure ssl "$c-ssl.conf" "${L_SSL%%,*}" 0097
+    run_secure plain "$c-plain.conf" "${L_SASL_PLAINTEXT%%,*}" 0135 0142
+    run_secure scram256 "$c-scram256.conf" "${L_SASL_PLAINTEXT%%,*}" 0135 0142
+    run_secure sasl_ssl "$c-sasl_ssl.conf" "${L_SASL_SSL%%,*}" 0097 0135 0142
+    run_secure oauthbearer "$c-oauthbearer.conf" "${L_SASL_PLAINTEXT%%,*}" 0142
+    stop_brokers
+}
+
+rack_phase
+security_phase
 
 passed=$(grep -c ' PASSED ' "$RESULTS"); failed=$(grep -c ' FAILED ' "$RESULTS")
 skipped=$(grep -c ' SKIPPED ' "$RESULTS")
