@@ -55,10 +55,10 @@ class ListenerSecurityRuntime:
             jwks = self.jwks = JwksCache(sec.oauth)
             self.oauth = SignedValidator(sec.oauth, jwks.key)
             importlib.import_module("jwt")  # now, not in the first login on the event loop
-        if any(m.startswith("SCRAM-") for m in sec.mechanisms):
-            importlib.import_module("scramp")  # the same (protocol/sasl.py imports it late)
         elif sec.oauth is not None:
             self.oauth = UnsecuredValidator(sec.oauth)
+        if any(m.startswith("SCRAM-") for m in sec.mechanisms):
+            importlib.import_module("scramp")  # the same (protocol/sasl.py imports it late)
         if sec.tls:
             try:
                 self.tls = ReloadingContext(sec.name, sec.ssl)
