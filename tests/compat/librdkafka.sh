@@ -33,7 +33,8 @@
 # cloning), TESTS (a space-separated list overriding the embedded-broker list; empty
 # to skip that phase), CLUSTER_TESTS, NOAUTO_TESTS and RACK_TESTS (likewise for the
 # clusters of the default and the noautocreate scenario and the racked one), SECURITY=1
-# and SECURITY_TESTS (the security phase and its tests), TEST_TIMEOUT
+# with SECURITY_TESTS and SECURITY_RUNS (the security phase, its tests and client
+# setups: ssl plain scram256 sasl_ssl oauthbearer), TEST_TIMEOUT
 # (seconds per test, default 600), TEST_CONSUMER_GROUP_PROTOCOL=consumer (the suite's own
 # variable: its consumers use KIP-848's protocol instead of the classic one), PYTHON
 # (default .venv/bin/python), KAFKA_JARS (default tests/integration/kafka_oracle/lib).
@@ -57,6 +58,7 @@ CLUSTER_TESTS=${CLUSTER_TESTS-0098 0103}
 NOAUTO_TESTS=${NOAUTO_TESTS-0045 0107 0111}
 RACK_TESTS=${RACK_TESTS-0101}
 SECURITY_TESTS=${SECURITY_TESTS-0097 0135 0142}
+SECURITY_RUNS=${SECURITY_RUNS-ssl plain scram256 sasl_ssl oauthbearer}
 unset TESTS
 
 log() { echo "compat-librdkafka: $*" >&2; }
@@ -282,6 +284,7 @@ make_pki() {
 # its share-consumer ones need KIP-932)
 run_secure() {
     local label=$1 conf=$2 boot=$3 t sub subs; shift 3
+    grep -qw "$label" <<<"$SECURITY_RUNS" || return 0
     for t in "$@"; do
         grep -qw "$t" <<<"$SECURITY_TESTS" || continue
         if [ "$t" = 0142 ]; then
