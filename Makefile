@@ -146,7 +146,9 @@ fuzz-c: install
 # franz-go's own pkg/kgo integration tests against a broker of this tree (not in `make
 # test`: a few minutes): needs Go; the module comes from the Go module proxy the first
 # time (tests/compat/franz_go.py; docs/compatibility.md, "Client test suites").
-# ARGS: e.g. ARGS="--run TestTxnEtl --records 50000".
+# ARGS: e.g. ARGS="--run TestTxnEtl --records 50000"; ARGS=--cluster (three brokers on
+# ZooKeeper, KGO_TEST_RF=3; needs make deps-system), ARGS=--tls (KGO_SEEDS on an SSL
+# listener with client certificates), or both.
 compat-franz-go: install
 	$(BIN)/python tests/compat/franz_go.py $(ARGS)
 
