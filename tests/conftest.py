@@ -12,6 +12,10 @@ worker so its module-scoped broker starts once, and the unit tests fill the gaps
 
 A module is light only if it is listed here: a new module runs in the serial lane until
 someone decides otherwise.
+
+Property tests (Hypothesis) run without a per-example deadline: on a loaded 2-core
+machine one example of a cheap test can take longer than the default 200 ms, and the
+deadline then fails a test that checks correctness, not speed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("tidegate", deadline=None)
+settings.load_profile("tidegate")
 
 LIGHT_MODULES = frozenset({
     "test_acks_visibility",
