@@ -7,6 +7,9 @@ the few that `make test` runs; `make soak` runs them all.
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tests.integration.kafka_oracle.differential import Case, Step, wait_topics_served
@@ -139,6 +142,25 @@ def alter_configs(rtype: int, name: str, key: str, value: str | None, op: int = 
                                     "configs": [{"name": key, "config_operation": op,
                                                  "value": value}]}],
                      "validate_only": False})
+
+
+def _wait_deletable(topic: str, timeout: float = 15.0) -> Callable[[RawClient, Any], None]:
+    """After altering cleanup.policy to include delete: wait until a no-op DeleteRecords
+    (offset 0) on partition 0 is no longer refused. Kafka applies a topic's new config to
+    its logs after it answers (the metadata publisher runs later); Tidegate before."""
+
+    def settle(client: RawClient, _: Any) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            r = client.call(21, 2, {"topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "offset": 0}]}], "timeout": 5000})
+            if r.topics[0].partitions[0].error_code == 0:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: DeleteRecords still refused: {r}")
+            time.sleep(0.05)
+
+    return settle
 
 
 def _offset_delete_view(r: Any) -> Any:
@@ -355,7 +377,9 @@ CASES: list[Case] = [
             {"partition_index": 0, "offset": 1}]}], "timeout": 5000}),
         Step(21, {"topics": [{"name": "oracle-drc", "partitions": [
             {"partition_index": 0, "offset": 100}]}], "timeout": 5000}),
-        alter_configs(TOPIC, "oracle-drc", "cleanup.policy", "compact,delete"),
+        dataclasses.replace(
+            alter_configs(TOPIC, "oracle-drc", "cleanup.policy", "compact,delete"),
+            settle=_wait_deletable("oracle-drc")),
         Step(21, {"topics": [{"name": "oracle-drc", "partitions": [
             {"partition_index": 0, "offset": 1}]}], "timeout": 5000}),
     ], sample=True),
