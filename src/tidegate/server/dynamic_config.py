@@ -161,9 +161,9 @@ _OWN: tuple[ConfigKey, ...] = (
     _k("ssl.truststore.certificates", _T.PASSWORD, None, _NO_TLS),
 )
 
-# Broker keys behind topic configs; Kafka keeps log.message.format.version (deprecated)
-# and the flush scheduler interval (only a fallback of log.flush.interval.ms) read-only.
-_READ_ONLY_SYNONYMS = frozenset({"log.message.format.version", "log.flush.scheduler.interval.ms"})
+# Broker keys behind topic configs Kafka keeps read-only: the flush scheduler interval
+# (only a fallback of log.flush.interval.ms).
+_READ_ONLY_SYNONYMS = frozenset({"log.flush.scheduler.interval.ms"})
 
 
 def _synonym_keys() -> dict[str, ConfigKey]:

@@ -9,8 +9,10 @@ topic defaults the way Kafka's `LogConfig.extractLogConfigMap` does.
 Invariants: a `LogConfig` instance always holds valid values (checked in
 `__post_init__`); unknown keys and invalid values raise `InvalidConfigError` naming the
 key and what is allowed. Keys Kafka accepts but Tidegate does not act on (replication,
-tiered storage, down-conversion, preallocate, jitter) are accepted and stored so clients
-that set them keep working.
+tiered storage, preallocate, jitter) are accepted and stored so clients that set them
+keep working. The keys Kafka 4 removed (`REMOVED_TOPIC_KEYS`) are unknown, as in Kafka
+4.1: a request setting one is refused with "Unknown topic config name"; overrides an
+older Tidegate release stored with them are dropped when read (`without_removed_keys`).
 
 One deliberate default differs from Kafka: `flush.messages` is 1 (Kafka: Long.MAX_VALUE),
 matching the broker's `log.flush.interval.messages=1`: a single node has no replicas to
@@ -39,11 +41,13 @@ from tidegate.storage.config_types import (
 __all__ = [
     "BROKER_SYNONYMS",
     "LONG_MAX",
+    "REMOVED_TOPIC_KEYS",
     "TOPIC_CONFIG_KEYS",
     "ConfigKey",
     "ConfigType",
     "LogConfig",
     "topic_defaults_from_broker",
+    "without_removed_keys",
 ]
 
 _T = ConfigType
@@ -83,17 +87,11 @@ _KEYS: tuple[ConfigKey, ...] = (
               "Max time a record stays uncompacted.", Range(1)),
     ConfigKey("max.message.bytes", _T.INT, 1048588, "Largest record batch accepted.",
               Range(0)),
-    ConfigKey("message.downconversion.enable", _T.BOOLEAN, True,
-              "Accepted; Tidegate serves record batch v2 only.", Anything()),
-    ConfigKey("message.format.version", _T.STRING, "3.0-IV1",
-              "Deprecated; accepted and ignored.", Anything()),
     ConfigKey("message.timestamp.after.max.ms", _T.LONG, TIMESTAMP_AFTER_MAX_DEFAULT,
               "How far in the future a CreateTime timestamp may be (Kafka 4's default: "
               "1 hour, KIP-1030).", Range(0)),
     ConfigKey("message.timestamp.before.max.ms", _T.LONG, LONG_MAX,
               "How far in the past a CreateTime timestamp may be.", Range(0)),
-    ConfigKey("message.timestamp.difference.max.ms", _T.LONG, LONG_MAX,
-              "Deprecated: both limits at once when the two above are unset.", Range(0)),
     ConfigKey("message.timestamp.type", _T.STRING, "CreateTime",
               "CreateTime keeps the producer's timestamps; LogAppendTime stamps the "
               "broker's time.", OneOf(("CreateTime", "LogAppendTime"))),
@@ -123,6 +121,24 @@ _KEYS: tuple[ConfigKey, ...] = (
 )
 
 TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
+
+# Topic keys Kafka 4.0 removed: message.format.version and message.downconversion.enable
+# (KIP-724, with the old record formats), message.timestamp.difference.max.ms (KIP-937's
+# deprecation; the before/after keys replace it). Kafka 4.1 refuses them as unknown
+# (INVALID_CONFIG, "Unknown topic config name: ..."), per topic in CreateTopics and per
+# resource in AlterConfigs / IncrementalAlterConfigs; so does Tidegate. Their broker
+# keys (log.message.format.version, ...) are gone too: Kafka 4 ignores them as unknown.
+REMOVED_TOPIC_KEYS = frozenset({
+    "message.downconversion.enable",
+    "message.format.version",
+    "message.timestamp.difference.max.ms",
+})
+
+
+def without_removed_keys(configs: Mapping[str, str]) -> dict[str, str]:
+    """Stored overrides without `REMOVED_TOPIC_KEYS` (an older Tidegate release accepted
+    them): what a topic written then is read as now, rather than failing to load."""
+    return {k: v for k, v in configs.items() if k not in REMOVED_TOPIC_KEYS}
 
 
 def _name(key: ConfigKey) -> str:
@@ -185,11 +201,8 @@ class LogConfig:
     local_retention_ms: int = _int("local.retention.ms")
     max_compaction_lag_ms: int = _int("max.compaction.lag.ms")
     max_message_bytes: int = _int("max.message.bytes")
-    message_downconversion_enable: bool = _bool("message.downconversion.enable")
-    message_format_version: str = _str("message.format.version")
     message_timestamp_after_max_ms: int = _int("message.timestamp.after.max.ms")
     message_timestamp_before_max_ms: int = _int("message.timestamp.before.max.ms")
-    message_timestamp_difference_max_ms: int = _int("message.timestamp.difference.max.ms")
     message_timestamp_type: str = _str("message.timestamp.type")
     min_cleanable_dirty_ratio: float = _float("min.cleanable.dirty.ratio")
     min_compaction_lag_ms: int = _int("min.compaction.lag.ms")
@@ -253,23 +266,19 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
-    @cached_property
+    # Kafka 3.6-3.9 also applied the deprecated message.timestamp.difference.max.ms
+    # when these two were unset; Kafka 4 removed it (and so did Tidegate), so the limits
+    # are the two keys themselves.
+
+    @property
     def timestamp_before_max_ms(self) -> int:
-        """Effective past limit: the deprecated difference key applies when unset."""
-        if self.message_timestamp_before_max_ms == LONG_MAX:
-            return self.message_timestamp_difference_max_ms
+        """How far in the past a CreateTime timestamp may be."""
         return self.message_timestamp_before_max_ms
 
-    @cached_property
+    @property
     def timestamp_after_max_ms(self) -> int:
-        """Effective future limit: the deprecated difference key, when set, applies
-        while this key keeps its default (as in Kafka 3.6-3.9, where that default was
-        Long.MAX_VALUE; Kafka 4 dropped the difference key)."""
-        after = self.message_timestamp_after_max_ms
-        difference = self.message_timestamp_difference_max_ms
-        if after == TIMESTAMP_AFTER_MAX_DEFAULT and difference != LONG_MAX:
-            return difference
-        return after
+        """How far in the future a CreateTime timestamp may be."""
+        return self.message_timestamp_after_max_ms
 
 
 # topic key -> broker keys in precedence order, each with a unit multiplier to ms.
@@ -289,11 +298,8 @@ BROKER_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
     "local.retention.ms": (("log.local.retention.ms", 1),),
     "max.compaction.lag.ms": (("log.cleaner.max.compaction.lag.ms", 1),),
     "max.message.bytes": (("message.max.bytes", 1),),
-    "message.downconversion.enable": (("log.message.downconversion.enable", 1),),
-    "message.format.version": (("log.message.format.version", 1),),
     "message.timestamp.after.max.ms": (("log.message.timestamp.after.max.ms", 1),),
     "message.timestamp.before.max.ms": (("log.message.timestamp.before.max.ms", 1),),
-    "message.timestamp.difference.max.ms": (("log.message.timestamp.difference.max.ms", 1),),
     "message.timestamp.type": (("log.message.timestamp.type", 1),),
     "min.cleanable.dirty.ratio": (("log.cleaner.min.cleanable.ratio", 1),),
     "min.compaction.lag.ms": (("log.cleaner.min.compaction.lag.ms", 1),),

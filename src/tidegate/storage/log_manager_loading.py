@@ -46,7 +46,7 @@ from tidegate.storage.files import (
 )
 from tidegate.storage.log import Log
 from tidegate.storage.log_manager_jobs import RECOVERY_CHECKPOINT, REPLICATION_CHECKPOINT, LogJobs
-from tidegate.storage.topics import TopicMeta, load_topics
+from tidegate.storage.topics import TopicMeta, drop_removed_configs, load_topics
 
 __all__ = ["META_PROPERTIES", "LogLoading"]
 
@@ -77,6 +77,7 @@ class LogLoading(LogJobs):
             d.mkdir(parents=True, exist_ok=True)
         self._check_meta_properties()
         self.topics = load_topics(self.log_dir)
+        drop_removed_configs(self.topics)
         recovery: dict[tuple[str, int], int] = {}
         for d in self.dirs.dirs:
             recovery.update(read_offset_checkpoint(d / RECOVERY_CHECKPOINT))

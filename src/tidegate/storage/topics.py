@@ -6,11 +6,17 @@ broker default change reaches every topic that did not override it).
 
 Invariant: the file is replaced atomically, so after a crash it holds either the old or
 the new set of topics. It is the source of truth for which topics exist.
+
+Overrides an older release stored with keys Kafka 4 removed (`message.format.version`,
+...) are dropped by `drop_removed_configs` when the broker loads the file (one warning),
+and leave the file at its next write.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import re
 import uuid
 from collections.abc import Mapping
@@ -18,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidegate.common.errors import InvalidTopicError
+from tidegate.storage.config import without_removed_keys
 from tidegate.storage.errors import LogDirectoryError
 from tidegate.storage.files import atomic_write, kafka_uuid, parse_kafka_uuid, read_single_value
 
@@ -26,10 +33,13 @@ __all__ = [
     "TOPICS_FILE",
     "TopicMeta",
     "collides",
+    "drop_removed_configs",
     "load_topics",
     "save_topics",
     "validate_topic_name",
 ]
+
+log = logging.getLogger(__name__)
 
 TOPICS_FILE = "tidegate-topics.json"
 MAX_TOPIC_NAME_LENGTH = 249
@@ -114,3 +124,21 @@ def load_topics(log_dir: Path) -> dict[str, TopicMeta]:
         return topics
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise LogDirectoryError(f"{path} is unreadable: {exc}") from exc
+
+
+def drop_removed_configs(topics: dict[str, TopicMeta]) -> None:
+    """Drop, in place, the overrides with keys Kafka 4 removed (`storage.config.
+    REMOVED_TOPIC_KEYS`) that an older release stored; one warning names them all."""
+    dropped: dict[str, set[str]] = {}
+    for name, meta in topics.items():
+        kept = without_removed_keys(meta.configs)
+        if len(kept) != len(meta.configs):
+            for key in set(meta.configs) - set(kept):
+                dropped.setdefault(key, set()).add(name)
+            topics[name] = dataclasses.replace(meta, configs=kept)
+    if dropped:
+        log.warning(
+            "ignoring topic configs Kafka 4 removed, stored by an older release: %s",
+            "; ".join(f"{key} on {len(names)} topic(s) ({', '.join(sorted(names)[:5])}"
+                      f"{', ...' if len(names) > 5 else ''})"
+                      for key, names in sorted(dropped.items())))

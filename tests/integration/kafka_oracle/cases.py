@@ -144,6 +144,16 @@ def alter_configs(rtype: int, name: str, key: str, value: str | None, op: int = 
                      "validate_only": False})
 
 
+def legacy_alter_configs(rtype: int, name: str, configs: dict[str, str],
+                         validate_only: bool = False) -> Step:
+    """AlterConfigs (API 33, the pre-KIP-339 one): the resource's overrides become
+    exactly `configs`."""
+    return Step(33, {"resources": [{"resource_type": rtype, "resource_name": name,
+                                    "configs": [{"name": k, "value": v}
+                                                for k, v in configs.items()]}],
+                     "validate_only": validate_only})
+
+
 def _wait_deletable(topic: str, timeout: float = 15.0) -> Callable[[RawClient, Any], None]:
     """After altering cleanup.policy to include delete: wait until a no-op DeleteRecords
     (offset 0) on partition 0 is no longer refused. Kafka applies a topic's new config to
@@ -357,6 +367,29 @@ CASES: list[Case] = [
         alter_configs(TOPIC, "oracle-iac", "retention.ms", "1000", op=7),
         alter_configs(TOPIC, "oracle-iac", "retention.ms", "1000"),
     ], sample=True),
+    # topic configs Kafka 4 removed (KIP-724: message.format.version and
+    # message.downconversion.enable; KIP-937: message.timestamp.difference.max.ms) are
+    # unknown names now: refused wherever a client sets them
+    Case("topic_configs_kafka4_removed", [
+        create("oracle-rm-fmt", configs={"message.format.version": "3.0-IV1"}),
+        create("oracle-rm-dc", configs={"message.downconversion.enable": "true"}),
+        create("oracle-rm-diff", configs={"message.timestamp.difference.max.ms": "1000"}),
+        create("oracle-rm-v", configs={"message.format.version": "3.0-IV1"},
+               validate_only=True),
+        create("oracle-rm"),
+        alter_configs(TOPIC, "oracle-rm", "message.format.version", "3.0-IV1"),
+        alter_configs(TOPIC, "oracle-rm", "message.downconversion.enable", "false"),
+        alter_configs(TOPIC, "oracle-rm", "message.timestamp.difference.max.ms", "1000"),
+        alter_configs(TOPIC, "oracle-rm", "message.format.version", None, op=1),
+        legacy_alter_configs(TOPIC, "oracle-rm", {"retention.ms": "1000",
+                                                  "message.format.version": "3.0-IV1"}),
+        legacy_alter_configs(TOPIC, "oracle-rm",
+                             {"message.timestamp.difference.max.ms": "1000"},
+                             validate_only=True),
+        describe_configs(TOPIC, "oracle-rm", "retention.ms", "message.format.version",
+                         "message.downconversion.enable",
+                         "message.timestamp.difference.max.ms"),
+    ]),
     Case("delete_records_beyond_hw", [
         create("oracle-dr"), produce("oracle-dr", batch(3)),
         Step(21, {"topics": [{"name": "oracle-dr", "partitions": [

@@ -10,10 +10,12 @@ from tidegate.common.errors import InvalidConfigError
 from tidegate.storage.config import (
     BROKER_SYNONYMS,
     LONG_MAX,
+    REMOVED_TOPIC_KEYS,
     TOPIC_CONFIG_KEYS,
     ConfigType,
     LogConfig,
     topic_defaults_from_broker,
+    without_removed_keys,
 )
 
 
@@ -135,10 +137,28 @@ def test_broker_errors_name_the_broker_key() -> None:
         topic_defaults_from_broker({"log.cleanup.policy": "nope"})
 
 
-def test_deprecated_timestamp_difference_applies_when_new_keys_unset() -> None:
-    cfg = LogConfig.from_props({"message.timestamp.difference.max.ms": "100"})
-    assert cfg.timestamp_before_max_ms == cfg.timestamp_after_max_ms == 100
-    cfg = LogConfig.from_props(
-        {"message.timestamp.difference.max.ms": "100", "message.timestamp.after.max.ms": "7"}
-    )
+@pytest.mark.parametrize("key", sorted(REMOVED_TOPIC_KEYS))
+def test_keys_kafka_4_removed_are_unknown(key: str) -> None:
+    """Kafka 4.1 refuses them with INVALID_CONFIG in Kafka's words (the oracle's
+    topic_configs_kafka4_removed case); their broker keys no longer set anything."""
+    assert key not in TOPIC_CONFIG_KEYS and key not in BROKER_SYNONYMS
+    with pytest.raises(InvalidConfigError, match=f"^Unknown topic config name: {key}$"):
+        LogConfig.from_props({key: "1000"})
+    with pytest.raises(InvalidConfigError, match=f"^Unknown topic config name: {key}$"):
+        LogConfig().value_of(key)
+    assert topic_defaults_from_broker({"log." + key: "1000"}) == LogConfig()
+    stored = {key: "1000", "retention.ms": "5"}
+    assert without_removed_keys(stored) == {"retention.ms": "5"}
+    assert stored == {key: "1000", "retention.ms": "5"}  # a copy
+
+
+def test_timestamp_limits_are_the_before_and_after_keys() -> None:
+    """Kafka 4: the removed difference key no longer stands in for either limit."""
+    cfg = LogConfig.from_props({"message.timestamp.before.max.ms": "100",
+                                "message.timestamp.after.max.ms": "7"})
     assert (cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms) == (100, 7)
+    assert (LogConfig().timestamp_before_max_ms, LogConfig().timestamp_after_max_ms) == (
+        LONG_MAX, 3_600_000)
+    broker = topic_defaults_from_broker({"log.message.timestamp.difference.max.ms": "100"})
+    assert (broker.timestamp_before_max_ms, broker.timestamp_after_max_ms) == (
+        LONG_MAX, 3_600_000)

@@ -183,14 +183,12 @@ def test_timestamp_bounds(tmp_path: Path) -> None:
 
 def test_future_timestamps_limited_to_an_hour_by_default(tmp_path: Path) -> None:
     """Kafka 4's default (KIP-1030): a CreateTime timestamp at most an hour ahead; the
-    past is not limited. The deprecated difference key still applies when set."""
+    past is not limited."""
     log = open_log(tmp_path, LogConfig(), ManualClock(BASE_TS))
     log.append(batch(1, ts=BASE_TS + 3_600_000))
     log.append(batch(1, ts=BASE_TS - 10 * 365 * 86_400_000))
     with pytest.raises(InvalidTimestampError):
         log.append(batch(1, ts=BASE_TS + 3_600_001))
-    old = LogConfig.from_props({"message.timestamp.difference.max.ms": "7200000"})
-    assert old.timestamp_after_max_ms == 7_200_000
     assert LogConfig.from_props({"message.timestamp.after.max.ms": str(2**63 - 1)}
                                 ).timestamp_after_max_ms == 2**63 - 1
 

@@ -163,6 +163,40 @@ def test_leftovers_and_orphans_on_load(tmp_path: Path) -> None:
     assert list(m.topics) == ["keep"]
 
 
+def test_topics_stored_with_keys_kafka_4_removed_still_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older release accepted message.format.version & co.: such a topic loads
+    without them, with one warning, and they leave the file at its next write."""
+    m = manager(tmp_path)
+    m.create_topic("old", 1, {"retention.ms": "5000"})
+    m.create_topic("older", 1, {})
+    m.create_topic("plain", 1, {"segment.ms": "60000"})
+    m.close()
+    path = tmp_path / "tidegate-topics.json"
+    data = json.loads(path.read_text())
+    for t in data["topics"]:
+        if t["name"].startswith("old"):
+            t["configs"].update({"message.format.version": "2.8-IV1",
+                                 "message.timestamp.difference.max.ms": "1000"})
+    path.write_text(json.dumps(data))
+    with caplog.at_level("WARNING", logger="tidegate.storage.topics"):
+        m = manager(tmp_path)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "message.format.version on 2 topic(s) (old, older)" in warnings[0]
+    assert "message.timestamp.difference.max.ms" in warnings[0]
+    assert m.topics["old"].configs == {"retention.ms": "5000"}
+    assert m.topics["older"].configs == {}
+    assert m.topics["plain"].configs == {"segment.ms": "60000"}
+    lg = m.get_log("old", 0)
+    assert lg is not None and lg.config.retention_ms == 5000
+    assert lg.config.timestamp_before_max_ms == DEFAULTS.timestamp_before_max_ms
+    m.alter_topic_configs("plain", {"retention.ms": "7"}, incremental=True)
+    assert "message.format.version" not in path.read_text()
+    m.close()
+
+
 def test_unreadable_topics_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "tidegate-topics.json").write_text(json.dumps({"version": 9}))
     with pytest.raises(LogDirectoryError, match=r"tidegate-topics\.json"):

@@ -20,10 +20,11 @@ from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID, error_fields
-from tidegate.server.handlers.configs import describe_topic_configs, validate_topic_configs
+from tidegate.server.handlers.configs import describe_topic_configs
 from tidegate.server.handlers.metadata import brokers_payload
 from tidegate.server.handlers.operations import cluster_ops_field
 from tidegate.server.topic_admin import check_assignment_shape, invalid_assignment
+from tidegate.storage.config import LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             check_assignment_shape(list(by_partition.values()))
             broker.topic_admin.check_replication(factor, list(by_partition.values()))
             configs = {str(c.name): str(c.value) for c in t.configs if c.value is not None}
-            validate_topic_configs(configs)
+            LogConfig.from_props(configs)  # unknown names (Kafka 4's too), bad values
             if broker.metadata.topic(name) is not None:
                 raise KafkaError(
                     f"Topic '{name}' already exists.", code=ErrorCode.topic_already_exists

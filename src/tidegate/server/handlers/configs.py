@@ -69,17 +69,19 @@ from tidegate.server.dynamic_config import (
 )
 from tidegate.server.group_config import describe_group_configs, validate_group_configs
 from tidegate.server.handlers.common import error_fields
-from tidegate.storage.config import BROKER_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigType, LogConfig
+from tidegate.storage.config import (
+    BROKER_SYNONYMS,
+    TOPIC_CONFIG_KEYS,
+    ConfigType,
+    LogConfig,
+    without_removed_keys,
+)
 
 log = logging.getLogger(__name__)
 
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SRC_TOPIC, SRC_DYNAMIC_BROKER, SRC_DYNAMIC_DEFAULT, SRC_STATIC, SRC_DEFAULT = 1, 2, 3, 4, 5
 BROKER_TYPES = {"int": 5, "bool": 1, "str": 2, "list": 7}
-
-
-def validate_topic_configs(configs: dict[str, str]) -> LogConfig:
-    return LogConfig.from_props(configs)
 
 
 def _synonyms(broker: Broker, name: str, overrides: dict[str, str]) -> list[dict[str, Any]]:
@@ -114,6 +116,7 @@ def describe_topic_configs(
         if meta is None:
             raise UnknownTopicOrPartitionError(f"topic {topic} does not exist")
         overrides = dict(meta.configs)
+    overrides = without_removed_keys(overrides)  # e.g. an old release's config znode
     effective = LogConfig.from_props(overrides, broker.log_defaults)
     result = []
     for name in sorted(TOPIC_CONFIG_KEYS):
@@ -292,10 +295,11 @@ def _topic_change(
     broker: Broker, ops: list[tuple[str, int, str | None]], incremental: bool
 ) -> Callable[[dict[str, str]], dict[str, str]]:
     """A topic's current overrides -> its new ones, validated (the TopicAdmin port may
-    call it again on a newer current set if another alter won a race)."""
+    call it again on a newer current set if another alter won a race). Keys Kafka 4
+    removed, stored by an older release, are dropped from the current set."""
 
     def change(current: dict[str, str]) -> dict[str, str]:
-        base: dict[str, str | None] = dict(current) if incremental else {}
+        base: dict[str, str | None] = dict(without_removed_keys(current)) if incremental else {}
         new = apply_ops(base, ops, _topic_list_base(broker.log_defaults))
         final = {k: v for k, v in new.items() if v is not None}
         LogConfig.from_props(final, broker.log_defaults)  # unknown names, bad values
