@@ -112,6 +112,7 @@ class ProducerStateEntry:
         "batches",
         "coordinator_epoch",
         "current_txn_first_offset",
+        "last_record_timestamp",
         "last_timestamp",
         "producer_epoch",
         "producer_id",
@@ -129,7 +130,13 @@ class ProducerStateEntry:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.batches: list[BatchMetadata] = batches if batches is not None else []
+        # When it last wrote, by the broker's clock: what expiry goes by (see
+        # producer_state_snapshots.py), and the snapshot's timestamp.
         self.last_timestamp = last_timestamp
+        # Kafka's ProducerStateEntry.lastTimestamp, which DescribeProducers reports: the
+        # max timestamp of its last data batch, or its last marker's timestamp if a
+        # marker came after (a snapshot keeps only `last_timestamp`: reloaded, both are it).
+        self.last_record_timestamp = last_timestamp
         self.coordinator_epoch = coordinator_epoch
         self.current_txn_first_offset = current_txn_first_offset
 

@@ -155,17 +155,18 @@ class ProducerStateManager(ProducerSnapshots):
             self._unreplicated = [t for t in self._unreplicated if t[1] >= high_watermark]
 
     def describe(self) -> list[ProducerInfo]:
-        """DescribeProducers: every producer this partition remembers, by producer id."""
+        """DescribeProducers: every producer this partition remembers, by producer id.
+        Its last timestamp is Kafka's: of its last data batch or marker, whichever came
+        last (a commit's or an abort's marker time, not the last record's)."""
         out = []
         for pid in sorted(self._producers):
             e = self._producers[pid]
-            last = e.batches[-1] if e.batches else None
             out.append(
                 ProducerInfo(
                     pid,
                     e.producer_epoch,
                     e.last_seq,
-                    last.timestamp if last is not None else e.last_timestamp,
+                    e.last_record_timestamp,
                     e.coordinator_epoch,
                     -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
                 )
@@ -337,6 +338,7 @@ class ProducerStateManager(ProducerSnapshots):
         self.guards.on_epoch(pid, header.producer_epoch)
         entry.set_epoch(header.producer_epoch)
         entry.last_timestamp = now_ms
+        entry.last_record_timestamp = header.max_timestamp  # a marker's is its own
         if is_control:
             if control_type is None:
                 return None  # not a transaction marker (logged by the reader)

@@ -201,6 +201,64 @@ def _add_partitions(txn: str, init: Any, topic: str, partition: int,
             "v3_and_below_topics": [{"name": topic, "partitions": [partition]}]}
 
 
+def _txn_produce(txn: str, init: Any, topic: str, ts: int) -> dict[str, Any]:
+    records = build_batch([(ts, b"k", b"v", ())], producer_id=int(init.producer_id),
+                          producer_epoch=int(init.producer_epoch), base_sequence=0,
+                          is_transactional=True)
+    return {"transactional_id": txn, "acks": -1, "timeout": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": records}]}]}
+
+
+def _describe_producers(topic: str) -> Step:
+    """DescribeProducers of partition 0, a producer's last timestamp shown as what it
+    is: TS (the data record's), "now" (a broker-written marker's: within 10 minutes of
+    the test's clock) or the number."""
+    def view(r: Any) -> Any:
+        now = time.time() * 1000
+        for t in r["topics"]:
+            for p in t["partitions"]:
+                for s in p["active_producers"]:
+                    ts = s["last_timestamp"]
+                    s["last_timestamp"] = (
+                        "TS" if ts == TS else "now" if abs(ts - now) < 600_000 else ts)
+        return r
+    return Step(61, {"topics": [{"name": topic, "partition_indexes": [0]}]}, view=view)
+
+
+def _wait_txn_ended(topic: str, timeout: float = 15.0) -> Callable[[RawClient, Any], None]:
+    """After EndTxn: wait until partition 0 has no open transaction (Kafka writes the
+    markers after it answers)."""
+
+    def settle(client: RawClient, _: Any) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            r = client.call(61, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]})
+            producers = r.topics[0].partitions[0].active_producers
+            if all(int(s.current_txn_start_offset) == -1 for s in producers):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: transaction still open: {r}")
+            time.sleep(0.05)
+
+    return settle
+
+
+def _txn_then_end(txn: str, topic: str, commit: bool) -> list[Step]:
+    """One transactional record (timestamp TS) in `topic`, then EndTxn v4 (transaction
+    version 1: the epoch stays) and DescribeProducers before and after the marker."""
+    return [
+        create(topic),
+        Step(22, {"transactional_id": txn, "transaction_timeout": 60000,
+                  "producer_id": -1, "producer_epoch": -1}),
+        Step(24, lambda r: _add_partitions(txn, r[1], topic, 0)),
+        Step(0, lambda r: _txn_produce(txn, r[1], topic, TS)),
+        _describe_producers(topic),
+        Step(26, lambda r: _end_txn(txn, r[1], commit), version=4,
+             settle=_wait_txn_ended(topic)),
+        _describe_producers(topic),
+    ]
+
+
 def _api_versions_unsupported(client: RawClient) -> Any:
     """ApiVersions at version 127 (KIP-511): the broker answers UNSUPPORTED_VERSION in a
     v0 response that still lists its ranges, so the client can pick a version."""
@@ -519,6 +577,12 @@ CASES: list[Case] = [
         Step(37, {"topics": [{"name": "oracle-cp", "count": 4, "assignments": None}],
                   "timeout": 5000, "validate_only": True}),
     ]),
+    # kafka-transactions describe-producers: a producer's LastTimestamp is its last data
+    # batch's, then its marker's (Kafka's ProducerStateEntry.lastTimestamp)
+    Case("describe_producers_after_abort",
+         _txn_then_end("oracle-tx-dpa", "oracle-dpa", commit=False)),
+    Case("describe_producers_after_commit",
+         _txn_then_end("oracle-tx-dpc", "oracle-dpc", commit=True)),
     Case("describe_producers_unknown", [
         Step(61, {"topics": [{"name": "oracle-nosuch-dp", "partition_indexes": [0]}]}),
     ]),

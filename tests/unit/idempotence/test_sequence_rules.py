@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,29 @@ def test_expiry_ignores_client_timestamps() -> None:
     b.now = 5 * DAY
     b.send(header(1, 0, 0, timestamp=0))  # CreateTime from 1970
     assert b.psm.remove_expired(5 * DAY + 1) == 0
+
+
+@pytest.mark.parametrize("control", [ControlType.ABORT, ControlType.COMMIT])
+def test_described_last_timestamp_is_the_markers_after_a_marker(control: ControlType) -> None:
+    """Kafka's ProducerStateEntry.lastTimestamp: the last data batch's max timestamp,
+    then the marker's (kafka-transactions describe-producers); expiry still goes by the
+    broker's append time."""
+    b = Broker(ProducerStateManager(producer_id_expiration_ms=DAY))
+    b.now = 5 * DAY
+    b.send(header(5, 1, 0, 2, transactional=True, timestamp=7_000))
+    assert [p.last_timestamp for p in b.psm.describe()] == [7_000]
+    m = at(dataclasses.replace(marker(5, 1), base_timestamp=9_000, max_timestamp=9_000),
+           b.end)
+    b.psm.validate(m, coordinator_epoch=0)
+    b.psm.update(m, b.now, coordinator_epoch=0, control_type=control)
+    b.end = m.next_offset
+    assert [p.last_timestamp for p in b.psm.describe()] == [9_000]
+    assert b.psm.remove_expired(6 * DAY - 1) == 0  # idle since 5 * DAY by the broker
+    assert b.psm.remove_expired(6 * DAY) == 1
+    b = Broker()
+    b.send(header(5, 1, 0, 1, timestamp=7_000))
+    b.send(header(5, 1, 1, 1, timestamp=6_000))  # the last batch's, not the highest
+    assert [p.last_timestamp for p in b.psm.describe()] == [6_000]
 
 
 def test_truncate_head_keeps_producers_and_keeps_a_snapshot(tmp_path: Path) -> None:

@@ -68,7 +68,8 @@ def test_open_transaction_pins_lso_until_hw_passes_the_marker(tmp_path: Path) ->
 
 
 def test_abort_writes_kafkas_txnindex_entry(tmp_path: Path) -> None:
-    log = open_log(tmp_path)
+    clock = ManualClock(BASE_TS + 60_000)
+    log = open_log(tmp_path, clock=clock)
     log.append(txn(7, 2))  # 0..1
     log.append(txn(8, 1))  # 2: pid 8 stays open
     log.append_marker(7, 0, 5, commit=False)  # 3
@@ -77,7 +78,9 @@ def test_abort_writes_kafkas_txnindex_entry(tmp_path: Path) -> None:
     log.append_marker(8, 0, 5, commit=False)  # 4: nothing else open -> marker + 1
     assert txn_file(log).read_bytes() == entry_bytes(7, 0, 3, 2) + entry_bytes(8, 2, 4, 5)
     assert log.aborted_transactions(0, 5) == [AbortedTxn(7, 0), AbortedTxn(8, 2)]
-    assert log.describe_producers()[0] == ProducerInfo(7, 0, 1, BASE_TS + 1, 5, -1)
+    # Kafka's lastTimestamp: the abort marker's (the broker's clock), not the last
+    # record's (BASE_TS + 1)
+    assert log.describe_producers()[0] == ProducerInfo(7, 0, 1, BASE_TS + 60_000, 5, -1)
 
 
 def test_aborted_transactions_over_ranges(tmp_path: Path) -> None:
