@@ -10,8 +10,12 @@ validated, persisted and described but change nothing on a single asyncio proces
 without TLS or SASL.
 
 `check_alterable(name, per_broker)` raises `InvalidRequestError` with Kafka's wording
-for a key that cannot change at run time; `parse_dynamic(name, value)` validates a
-value's type. Listener keys may carry Kafka's `listener.name.<listener>.` prefix; the
+for a key that cannot change at run time (Tidegate's read-only keys and Kafka's,
+`server/kafka_broker_keys.py`); a key neither knows is accepted, stored and used for
+nothing, as Kafka 4.1 accepts any such key (a plugin's, or one Kafka 4 removed such as
+`log.message.format.version`), and described as sensitive (`is_sensitive`), as Kafka
+describes a config it cannot type. `parse_dynamic(name, value)` validates a value's
+type. Listener keys may carry Kafka's `listener.name.<listener>.` prefix; the
 keystore/truststore keys must (as in Kafka), and listener keys may be set only on a
 broker id, not on the cluster default resource ("").
 
@@ -32,6 +36,7 @@ from collections.abc import Callable, Mapping
 
 from tidegate.common.config import BROKER_KEYS
 from tidegate.common.errors import InvalidConfigError, InvalidRequestError
+from tidegate.server.kafka_broker_keys import KAFKA_PASSWORD_KEYS, KAFKA_STATIC_KEYS
 from tidegate.storage.config import BROKER_SYNONYMS, TOPIC_CONFIG_KEYS
 from tidegate.storage.config_types import (
     INT_MAX,
@@ -209,14 +214,15 @@ def _is_listener_key(key: str) -> bool:
     return key.startswith(("ssl.", "sasl.")) or key == "connections.max.reauth.ms"
 
 
-def check_alterable(name: str, *, per_broker: bool) -> ConfigKey:
-    """The key's spec, or InvalidRequestError as Kafka words it."""
+def check_alterable(name: str, *, per_broker: bool) -> ConfigKey | None:
+    """The key's spec, None for a key neither Kafka nor Tidegate knows (accepted, unused),
+    or InvalidRequestError as Kafka words it."""
     base = base_name(name)
     key = DYNAMIC_KEYS.get(base)
     if key is None:
-        if base in BROKER_KEYS or base in SYNONYM_KEYS:
+        if _known(base):
             raise InvalidRequestError(f"Cannot update these configs dynamically: Set({name})")
-        raise InvalidRequestError(f"{name} is not a broker config Tidegate knows")
+        return None
     if base in _SSL_RECONFIGURABLE and base == name:
         raise InvalidRequestError(
             "These security configs can be dynamically updated only per-listener using the "
@@ -239,9 +245,18 @@ def parse_dynamic(name: str, value: str) -> None:
     key.parse(value, source=name)
 
 
+def _known(base: str) -> bool:
+    return (base in DYNAMIC_KEYS or base in BROKER_KEYS or base in SYNONYM_KEYS
+            or base in KAFKA_STATIC_KEYS)
+
+
 def is_sensitive(name: str) -> bool:
-    key = DYNAMIC_KEYS.get(base_name(name))
-    return key is not None and key.type == ConfigType.PASSWORD
+    """A password, or a key nobody knows the type of (Kafka: `maybeSensitive(None)`)."""
+    base = base_name(name)
+    key = DYNAMIC_KEYS.get(base)
+    if key is not None:
+        return key.type == ConfigType.PASSWORD
+    return base in KAFKA_PASSWORD_KEYS or not _known(base)
 
 
 # Cluster-level keys a Kafka 4.1+ controller writes at activation (KIP-966).

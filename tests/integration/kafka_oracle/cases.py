@@ -173,6 +173,37 @@ def _wait_deletable(topic: str, timeout: float = 15.0) -> Callable[[RawClient, A
     return settle
 
 
+def _wait_cluster_default(key: str, present: bool,
+                          timeout: float = 15.0) -> Callable[[RawClient, Any], None]:
+    """After altering the cluster default broker resource: wait until DescribeConfigs
+    shows `key` set (or not). Kafka's broker applies a dynamic config after the
+    controller answers (its metadata publisher runs later); Tidegate before answering.
+    Earlier alters of the same resource are applied in order, so they are in too."""
+
+    def settle(client: RawClient, _: Any) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            r = client.call(32, 4, {"resources": [{"resource_type": BROKER,
+                                                   "resource_name": "",
+                                                   "configuration_keys": [key]}],
+                                    "include_synonyms": False,
+                                    "include_documentation": False})
+            if bool(r.results[0].configs) == present:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cluster default {key} still {not present}: {r}")
+            time.sleep(0.05)
+
+    return settle
+
+
+def _configs_by_name(r: Any) -> Any:
+    # Kafka lists a broker resource's configs in no set order (a hash map's)
+    for res in r["results"]:
+        res["configs"].sort(key=lambda c: c["name"])
+    return r
+
+
 def _offset_delete_view(r: Any) -> Any:
     # Kafka lists the partitions in no set order
     for t in r["topics"]:
@@ -277,7 +308,7 @@ def _unsupported_view(r: Any) -> Any:
             "api_versions_listed": any(k["api_key"] == 18 for k in r["api_keys"])}
 
 
-TOPIC, GROUP = 2, 3
+TOPIC, BROKER, GROUP = 2, 4, 3
 TXN_TIMEOUT_TOO_BIG = 3_600_000  # transaction.max.timeout.ms defaults to 15 min
 
 CASES: list[Case] = [
@@ -447,6 +478,28 @@ CASES: list[Case] = [
         describe_configs(TOPIC, "oracle-rm", "retention.ms", "message.format.version",
                          "message.downconversion.enable",
                          "message.timestamp.difference.max.ms"),
+    ]),
+    # a broker config Kafka 4.1 does not know (a plugin's, or one Kafka 4 removed) is
+    # accepted on a broker resource, stored, and described as sensitive (no value, type
+    # UNKNOWN, read-only); one of Kafka's static configs is refused
+    Case("alter_broker_configs_unknown_keys", [
+        *[alter_configs(BROKER, "", key, value) for key, value in (
+            ("log.message.format.version", "3.0-IV1"),
+            ("log.message.timestamp.difference.max.ms", "1000"),
+            ("socket.send.buffer.bytes", "1000"),
+            ("controller.quorum.voters", "1@localhost:1"))],
+        dataclasses.replace(alter_configs(BROKER, "", "oracle.custom.key", "x"),
+                            settle=_wait_cluster_default("oracle.custom.key", True)),
+        dataclasses.replace(
+            describe_configs(BROKER, "", "log.message.format.version", "oracle.custom.key",
+                             "log.message.timestamp.difference.max.ms",
+                             "socket.send.buffer.bytes"),
+            view=_configs_by_name),
+        *[alter_configs(BROKER, "", key, None, op=1) for key in (
+            "log.message.format.version", "log.message.timestamp.difference.max.ms")],
+        dataclasses.replace(alter_configs(BROKER, "", "oracle.custom.key", None, op=1),
+                            settle=_wait_cluster_default("oracle.custom.key", False)),
+        describe_configs(BROKER, "", "log.message.format.version", "oracle.custom.key"),
     ]),
     Case("delete_records_beyond_hw", [
         create("oracle-dr"), produce("oracle-dr", batch(3)),

@@ -310,11 +310,10 @@ def _topic_change(
 
 async def _alter_broker(broker: Broker, name: str, ops: Any, incremental: bool,
                         dry: bool) -> None:
-    """Dynamic broker configs: Kafka's alterable keys only, validated, then persisted
-    (the embedded broker's data directory, or ZooKeeper in cluster mode)."""
+    """Dynamic broker configs: Kafka's alterable keys, validated, and keys nobody knows,
+    as given; then persisted (the data directory, or ZooKeeper in cluster mode)."""
     per_broker = name != ""
-    for key, _, _ in ops:
-        check_alterable(key, per_broker=per_broker)
+    typed = [key for key, _, _ in ops if check_alterable(key, per_broker=per_broker)]
 
     def change(current: dict[str, str]) -> dict[str, str]:
         base: dict[str, str | None] = dict(current) if incremental else {}
@@ -322,7 +321,7 @@ async def _alter_broker(broker: Broker, name: str, ops: Any, incremental: bool,
         final = {k: v for k, v in new.items() if v is not None}
         touched = {key for key, _, _ in ops} | (set(current) - set(final))
         check_elr_min_isr(per_broker, {key: final.get(key) for key in touched})
-        for key, _, _ in ops:
+        for key in typed:  # (a key Tidegate does not know is stored as given)
             if final.get(key) is not None:
                 parse_dynamic(key, final[key])
         broker.validate_dynamic(final, per_broker)
