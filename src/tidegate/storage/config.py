@@ -102,6 +102,10 @@ _KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("min.insync.replicas", _T.INT, 1, "Accepted; one replica.", Range(1)),
     ConfigKey("preallocate", _T.BOOLEAN, False, "Accepted; files grow as written.",
               Anything()),
+    ConfigKey("remote.log.copy.disable", _T.BOOLEAN, False, "Accepted; no tiered storage.",
+              Anything()),
+    ConfigKey("remote.log.delete.on.disable", _T.BOOLEAN, False,
+              "Accepted; no tiered storage.", Anything()),
     ConfigKey("remote.storage.enable", _T.BOOLEAN, False, "Accepted; no tiered storage.",
               Anything()),
     ConfigKey("retention.bytes", _T.LONG, -1,
@@ -208,6 +212,8 @@ class LogConfig:
     min_compaction_lag_ms: int = _int("min.compaction.lag.ms")
     min_insync_replicas: int = _int("min.insync.replicas")
     preallocate: bool = _bool("preallocate")
+    remote_log_copy_disable: bool = _bool("remote.log.copy.disable")
+    remote_log_delete_on_disable: bool = _bool("remote.log.delete.on.disable")
     remote_storage_enable: bool = _bool("remote.storage.enable")
     retention_bytes: int = _int("retention.bytes")
     retention_ms: int = _int("retention.ms")
