@@ -4,25 +4,35 @@ The main classes behind a Kafka distribution's scripts (kafka-topics.sh is
 `org.apache.kafka.tools.TopicCommand`, and so on), run from Kafka 4.1's jars (`make
 deps-kafka`) against one Tidegate broker with the ACL authorizer on (the anonymous
 PLAINTEXT principal a super user), as a Kafka user's first look at a new broker. Each
-test batches a few commands (one JVM each, about 1-2 s) and checks what they print and
-their exit status: the everyday ones, and those that found a difference from Kafka 4.1
-(docs/compatibility.md, "Kafka's command-line tools"). Skipped when there is no `java`
-or the jars are missing.
+test batches a few commands and checks what they print and their exit status: the
+everyday ones, and those that found a difference from Kafka 4.1 (docs/compatibility.md,
+"Kafka's command-line tools"). The commands run one after another in one JVM
+(kafka_tools/ToolRunner.java, compiled once into build/: a JVM per command cost ~1.8 s
+each), which gives each its own stdin, stdout and stderr, and turns Kafka's `Exit.exit`
+into the command's exit status after running the shutdown hooks it added, as a process's
+end would. Skipped when there is no `java`/`javac` or the jars are missing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import select
+import shutil
+import struct
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.integration.conftest import BrokerProcess
+from tests.integration.conftest import ROOT, BrokerProcess
 from tests.integration.kafka_oracle import kafka_process
 
-pytestmark = pytest.mark.skipif(kafka_process.available() is not None,
-                                reason=str(kafka_process.available()))
+pytestmark = pytest.mark.skipif(
+    kafka_process.available() is not None or shutil.which("javac") is None,
+    reason=str(kafka_process.available() or "no javac"))
 
 TOOLS = "org.apache.kafka.tools."
 TOPICS, ACLS, FEATURES = TOOLS + "TopicCommand", TOOLS + "AclCommand", TOOLS + "FeatureCommand"
@@ -32,6 +42,9 @@ OFFSETS, DELETE_RECORDS = TOOLS + "GetOffsetShell", TOOLS + "DeleteRecordsComman
 TRANSACTIONS, QUORUM = TOOLS + "TransactionsCommand", TOOLS + "MetadataQuorumCommand"
 CONFIGS = "kafka.admin.ConfigCommand"
 
+RUNNER = Path(__file__).parent / "kafka_tools" / "ToolRunner.java"
+MAGIC = 0x4B544F4F
+
 
 @dataclass
 class Ran:
@@ -39,23 +52,76 @@ class Ran:
     out: str  # stdout and stderr together
 
 
+def compiled_runner() -> Path:
+    """ToolRunner's class folder, compiled once per version of its source."""
+    digest = hashlib.sha256(RUNNER.read_bytes()).hexdigest()[:12]
+    classes = ROOT / "build" / f"kafka-tools-{digest}"
+    if not (classes / "ToolRunner.class").exists():
+        tmp = classes.with_name(classes.name + f".tmp{os.getpid()}")
+        subprocess.run(["javac", "-d", str(tmp), "-cp", str(kafka_process.LIB / "*"),
+                        str(RUNNER)], check=True, capture_output=True, timeout=120)
+        shutil.rmtree(classes, ignore_errors=True)
+        tmp.rename(classes)
+    return classes
+
+
 class Tools:
+    """Runs Kafka's tools in one JVM (ToolRunner), one command at a time."""
+
     def __init__(self, broker: BrokerProcess, work: Path) -> None:
         self.broker = broker
         self.work = work
-        self.log4j = work / "log4j2.properties"  # the tools' own errors, to stderr
-        self.log4j.write_text(
+        log4j = work / "log4j2.properties"  # the tools' own errors, to stderr
+        log4j.write_text(
             "rootLogger.level=ERROR\nrootLogger.appenderRef.s.ref=S\n"
             "appender.s.type=Console\nappender.s.name=S\nappender.s.target=SYSTEM_ERR\n"
+            "appender.s.follow=true\n"
             "appender.s.layout.type=PatternLayout\nappender.s.layout.pattern=%p %m%n\n")
+        cp = os.pathsep.join([str(compiled_runner()), str(kafka_process.LIB / "*")])
+        self.jvm_log = work / "jvm.log"  # the JVM's own output (the commands' is answered)
+        with self.jvm_log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+                 "-Xshare:auto", f"-Dlog4j2.configurationFile={log4j}", "-cp", cp,
+                 "ToolRunner"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
 
     def run(self, main: str, *args: str, stdin: str = "", timeout: float = 60) -> Ran:
-        cmd = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-               "-Xshare:auto", f"-Dlog4j2.configurationFile={self.log4j}",
-               "-cp", str(kafka_process.LIB / "*"), main,
-               "--bootstrap-server", self.broker.bootstrap, *args]
-        p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
-        return Ran(p.returncode, p.stdout + p.stderr)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        argv = [main, "--bootstrap-server", self.broker.bootstrap, *args]
+        request = [struct.pack(">ii", MAGIC, len(argv))]
+        for item in [*argv, stdin]:
+            data = item.encode()
+            request += [struct.pack(">i", len(data)), data]
+        self.proc.stdin.write(b"".join(request))
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        magic, rc, size = struct.unpack(">iii", self._read(12, deadline))
+        assert magic == MAGIC, "ToolRunner's answer is out of step: see " + str(self.jvm_log)
+        return Ran(rc, self._read(size, deadline).decode())
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        got = b""
+        while len(got) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.close()
+                raise TimeoutError(f"no answer from ToolRunner (log: {self.jvm_log})")
+            chunk = os.read(fd, n - len(got))
+            if not chunk:
+                raise EOFError(f"ToolRunner ended: {self.jvm_log.read_text()[-3000:]}")
+            got += chunk
+        return got
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # ToolRunner ends at the end of its requests
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +134,11 @@ def kt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tools]:
     })
     b.start()
     try:
-        yield Tools(b, root)
+        tools = Tools(b, root)
+        try:
+            yield tools
+        finally:
+            tools.close()
     finally:
         b.stop()
 
