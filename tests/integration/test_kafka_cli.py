@@ -58,8 +58,9 @@ def compiled_runner() -> Path:
     classes = ROOT / "build" / f"kafka-tools-{digest}"
     if not (classes / "ToolRunner.class").exists():
         tmp = classes.with_name(classes.name + f".tmp{os.getpid()}")
-        subprocess.run(["javac", "-d", str(tmp), "-cp", str(kafka_process.LIB / "*"),
-                        str(RUNNER)], check=True, capture_output=True, timeout=120)
+        r = subprocess.run(["javac", "-d", str(tmp), "-cp", str(kafka_process.LIB / "*"),
+                            str(RUNNER)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"javac {RUNNER.name} failed:\n{r.stdout}{r.stderr}"
         shutil.rmtree(classes, ignore_errors=True)
         tmp.rename(classes)
     return classes
