@@ -10,6 +10,13 @@ the `TopicAdmin` port; they never touch the `LogManager` or ZooKeeper themselves
   and returns; the controller then elects leaders and the brokers open their replicas,
   so for a moment the new topic's partitions answer LEADER_NOT_AVAILABLE, as in Kafka.
 
+`find_topic` reads the same truth the writes go to. A cluster broker's metadata cache
+follows ZooKeeper a few milliseconds late, and clients use a topic through any broker
+right after creating it through one: handlers whose answer is only "does the topic (or
+partition) exist" ask `find_topic` when their cache says no (handlers/common.py's
+`known_topic`), and CreatePartitions counts the partitions it extends from the znode it
+rewrites, as Kafka's ZooKeeper-mode broker does.
+
 Topic config overrides (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs on a
 topic) go through the same port: embedded, the local topics file; in a cluster,
 `/config/topics/<t>` plus a `/config/changes` notification every broker applies
@@ -23,10 +30,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from tidegate.common.errors import (
     ErrorCode,
+    InvalidPartitionsError,
     InvalidReplicationFactorError,
     KafkaError,
     UnknownTopicOrPartitionError,
@@ -38,6 +46,13 @@ if TYPE_CHECKING:
 Assignment = Mapping[int, Sequence[int]]  # partition -> replicas, preferred leader first
 # A topic's current overrides -> its new ones (validating them; raises a KafkaError).
 ConfigChange = Callable[[dict[str, str]], dict[str, str]]
+
+
+class FoundTopic(NamedTuple):
+    """A topic as its source of truth has it."""
+
+    topic_id: uuid.UUID
+    partitions: int
 
 
 class TopicAdmin(Protocol):
@@ -58,7 +73,14 @@ class TopicAdmin(Protocol):
     async def create_partitions(
         self, name: str, total: int, assignment: Sequence[Sequence[int]] | None, *,
         validate_only: bool,
-    ) -> None: ...
+    ) -> None:
+        """Grow topic `name` to `total` partitions (UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT as `check_partition_increase`)."""
+        ...
+
+    async def find_topic(self, name: str) -> FoundTopic | None:
+        """Topic `name` at the source of truth, not a cache (None: no such topic)."""
+        ...
 
     async def topic_config(self, name: str) -> dict[str, str]:
         """The topic's config overrides (UNKNOWN_TOPIC_OR_PARTITION if there is no such
@@ -84,6 +106,20 @@ def check_assignment_shape(assignments: Sequence[Sequence[int]]) -> None:
             raise invalid_assignment("a partition's replica assignment is empty")
         if len(set(ids)) != len(ids):
             raise invalid_assignment(f"duplicate brokers in replica assignment {list(ids)}")
+
+
+def check_partition_increase(
+    name: str, have: int, total: int, assignments: Sequence[Sequence[int]] | None
+) -> None:
+    """CreatePartitions' checks once the current count is known (Kafka's order)."""
+    if total <= have:
+        raise InvalidPartitionsError(
+            f"topic {name} has {have} partitions; the new count must be larger, got {total}")
+    if assignments and len(assignments) != total - have:
+        raise invalid_assignment(
+            f"Increasing the number of partitions by {total - have} "
+            f"but {len(assignments)} assignments provided.")
+    check_assignment_shape(assignments or ())
 
 
 class EmbeddedTopicAdmin:
@@ -128,8 +164,16 @@ class EmbeddedTopicAdmin:
         self, name: str, total: int, assignment: Sequence[Sequence[int]] | None, *,
         validate_only: bool,
     ) -> None:
+        found = await self.find_topic(name)
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        check_partition_increase(name, found.partitions, total, assignment)
         self.check_replication(1, assignment or ())
         self.broker.logs.create_partitions(name, total, validate_only=validate_only)
+
+    async def find_topic(self, name: str) -> FoundTopic | None:
+        meta = self.broker.logs.topics.get(name)
+        return None if meta is None else FoundTopic(meta.topic_id, meta.partitions)
 
     async def topic_config(self, name: str) -> dict[str, str]:
         meta = self.broker.logs.topics.get(name)

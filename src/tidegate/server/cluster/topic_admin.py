@@ -47,7 +47,7 @@ from tidegate.replication.znodes_admin import encode_entity_config
 from tidegate.server.cluster.errors import NodeExistsError, NoNodeError
 from tidegate.server.cluster.topic_configs import alter_topic_config_in_zk, read_topic_config
 from tidegate.server.cluster.zk import ZkClient
-from tidegate.server.topic_admin import ConfigChange
+from tidegate.server.topic_admin import ConfigChange, FoundTopic, check_partition_increase
 
 __all__ = [
     "ClusterTopicAdmin",
@@ -143,14 +143,17 @@ async def add_partitions_in_zk(
     assignment: Sequence[Sequence[int]] | None = None, *, validate_only: bool = False,
 ) -> TopicAssignment:
     """CreatePartitions: extend /brokers/topics/<t> (conditional on its version); the
-    controller, watching the topic znode, writes the new partitions' states."""
+    controller, watching the topic znode, writes the new partitions' states. The count
+    to grow from is the znode's, not a broker's metadata cache (which may not have seen
+    a topic created through another broker moments ago)."""
     try:
         data, stat = await zk.get(topic_path(name))
     except NoNodeError:
         raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.") from None
     current = TopicAssignment.decode(name, data)
-    brokers = await live_broker_racks(zk)
     have = len(current.partitions)
+    check_partition_increase(name, have, total, assignment)
+    brokers = await live_broker_racks(zk)
     if assignment:
         extra = {have + i: list(r) for i, r in enumerate(assignment)}
         validate_replica_assignment(extra, brokers, first_partition=have)
@@ -203,6 +206,19 @@ class ClusterTopicAdmin:
         validate_only: bool,
     ) -> None:
         await add_partitions_in_zk(self.zk, name, total, assignment, validate_only=validate_only)
+
+    async def find_topic(self, name: str) -> FoundTopic | None:
+        """The topic's znode (the metadata cache follows it through a watch)."""
+        try:
+            data, _ = await self.zk.get(topic_path(name))
+            topic = TopicAssignment.decode(name, data)
+        except NoNodeError:
+            return None
+        except MalformedZnodeError:
+            return None  # as the metadata cache sees it
+        if topic.topic_id is None:
+            return None  # the cache does not show a topic without an id either
+        return FoundTopic(topic.topic_id, len(topic.partitions))
 
     async def topic_config(self, name: str) -> dict[str, str]:
         return await read_topic_config(self.zk, name)

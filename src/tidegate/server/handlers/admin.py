@@ -23,7 +23,7 @@ from tidegate.server.handlers.common import ZERO_UUID, error_fields
 from tidegate.server.handlers.configs import describe_topic_configs
 from tidegate.server.handlers.metadata import brokers_payload
 from tidegate.server.handlers.operations import cluster_ops_field
-from tidegate.server.topic_admin import check_assignment_shape, invalid_assignment
+from tidegate.server.topic_admin import check_assignment_shape
 from tidegate.storage.config import LogConfig
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,10 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             if name and not check(broker, ctx, Op.DELETE, Res.TOPIC, name):  # Kafka's ACL
                 raise KafkaError(f"Authorization failed: DELETE on topic {name}",
                                  code=ErrorCode.topic_authorization_failed)
-            tv = broker.metadata.topic(name) if name else None
+            # the topic admin's truth when the cache lacks the topic: in a cluster the
+            # cache may not have seen one created through another broker moments ago
+            tv = (broker.metadata.topic(name) or await broker.topic_admin.find_topic(name)
+                  if name else None)
             if not name or tv is None:
                 raise UnknownTopicOrPartitionError(f"topic {name} does not exist")
             if name in INTERNAL_TOPICS:
@@ -173,26 +176,14 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
             if not check(broker, ctx, Op.ALTER, Res.TOPIC, str(t.name)):  # Kafka's ACL
                 raise KafkaError(f"Authorization failed: ALTER on topic {t.name}",
                                  code=ErrorCode.topic_authorization_failed)
-            tv = broker.metadata.topic(t.name)
-            if tv is None:
-                raise UnknownTopicOrPartitionError(f"topic {t.name} does not exist")
             count = int(t.count)
-            have = len(tv.partitions)
-            if count <= have:
-                raise InvalidPartitionsError(
-                    f"topic {t.name} has {have} partitions; the new count must "
-                    f"be larger, got {count}"
-                )
             assignments = [[int(b) for b in view(a, "broker_ids", ()) or ()]
                            for a in t.assignments or ()]
-            if assignments and len(assignments) != count - have:
-                raise invalid_assignment(
-                    f"Increasing the number of partitions by {count - have} "
-                    f"but {len(assignments)} assignments provided."
-                )
-            check_assignment_shape(assignments)
+            # not this broker's metadata cache: in a cluster it may not have seen a topic
+            # created through another broker moments ago; the topic admin counts the
+            # partitions where it writes (the topic's znode), as Kafka's broker does
             await broker.topic_admin.create_partitions(
-                t.name, count, assignments or None, validate_only=bool(req.validate_only))
+                str(t.name), count, assignments or None, validate_only=bool(req.validate_only))
             if not req.validate_only:
                 log.info("topic %s now has %d partitions", t.name, count)
         except KafkaError as e:

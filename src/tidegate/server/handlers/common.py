@@ -26,6 +26,25 @@ def resolve_topic(broker: Broker, topic: Any) -> tuple[str | None, uuid.UUID | N
     return None, None
 
 
+async def partition_count(broker: Broker, name: str, wanted: int = 1) -> int:
+    """Partitions of topic `name` in the cluster (0: no such topic), trusting this
+    broker's metadata view only when it has at least `wanted` of them.
+
+    Otherwise the topic admin's source of truth is asked (ZooKeeper's topic znode in a
+    cluster): a broker's view follows ZooKeeper a few milliseconds late, and clients
+    use a topic through any broker right after creating or growing it through another
+    (librdkafka's tests commit offsets to the group's coordinator at once). Kafka's
+    brokers, fed by the controller's UpdateMetadata, show the same lag less often.
+    The view is not this broker's logs: in a cluster those hold only the topics with a
+    replica here."""
+    tv = broker.metadata.topic(name)
+    have = 0 if tv is None else len(tv.partitions)
+    if have >= wanted:
+        return have
+    found = await broker.topic_admin.find_topic(name)
+    return have if found is None else max(have, found.partitions)
+
+
 def error_fields(exc: BaseException) -> tuple[ErrorCode, str]:
     if isinstance(exc, KafkaError):
         return exc.code, str(exc)

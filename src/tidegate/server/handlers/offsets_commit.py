@@ -2,8 +2,11 @@
 
 Partitions of topics that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION
 (UNKNOWN_TOPIC_ID for topics named by id, OffsetCommit v10 / OffsetFetch v10) without
-reaching the coordinator, as Kafka does. OffsetFetch v8+ asks for several groups at
-once; `topics` null means every partition the group has an offset for.
+reaching the coordinator, as Kafka does. "Exists" is the cluster's answer
+(handlers/common.py's `partition_count`), not this broker's logs: a coordinator need
+not host a replica of the topics whose offsets it keeps, and may not have seen a topic
+created through another broker moments ago. OffsetFetch v8+ asks for several groups
+at once; `topics` null means every partition the group has an offset for.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
-from tidegate.server.handlers.common import ZERO_UUID
+from tidegate.server.handlers.common import ZERO_UUID, partition_count
 
 
 def _topic_name(broker: Broker, topic: Any) -> tuple[str | None, uuid.UUID | None]:
@@ -33,14 +36,18 @@ def _topic_name(broker: Broker, topic: Any) -> tuple[str | None, uuid.UUID | Non
     if name:
         return str(name), None
     if topic_id is not None and topic_id != ZERO_UUID:
-        meta = broker.logs.topic_by_id(topic_id)
-        return (meta.name if meta else None), topic_id
+        tv = broker.metadata.topic_by_id(topic_id)
+        return (tv.name if tv else None), topic_id
     return None, topic_id
 
 
-def _exists(broker: Broker, topic: str | None, partition: int) -> bool:
-    meta = broker.logs.topics.get(topic) if topic else None
-    return meta is not None and 0 <= partition < meta.partitions
+async def _counts(broker: Broker, named: list[tuple[str | None, list[int]]]) -> dict[str, int]:
+    """Each named topic's partition count, asked once for all the partitions named."""
+    wanted: dict[str, int] = {}
+    for name, parts in named:
+        if name is not None:
+            wanted[name] = max(wanted.get(name, 0), 1 + max(parts, default=-1))
+    return {name: await partition_count(broker, name, n) for name, n in wanted.items()}
 
 
 def _topic_key(by_id: bool, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
@@ -55,9 +62,11 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
     topics = []
     # ACLs (Kafka): READ on the group, else every partition fails; READ on each topic
     group_ok = check(broker, ctx, Op.READ, Res.GROUP, str(req.group_id))
+    for t in req.topics:
+        topics.append((*_topic_name(broker, t), [int(p.partition_index) for p in t.partitions]))
+    counts = await _counts(broker, [(name, parts) for name, _, parts in topics])
     for ti, t in enumerate(req.topics):
-        name, topic_id = _topic_name(broker, t)
-        topics.append((name, topic_id, [int(p.partition_index) for p in t.partitions]))
+        name = topics[ti][0]
         denied = (ErrorCode.group_authorization_failed if not group_ok else
                   ErrorCode.topic_authorization_failed if name is not None
                   and not check(broker, ctx, Op.READ, Res.TOPIC, name) else None)
@@ -66,7 +75,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
             if denied is not None:
                 codes[(ti, index)] = denied
                 continue
-            if not _exists(broker, name, index):
+            if name is None or not 0 <= index < counts[name]:
                 codes[(ti, index)] = (
                     ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
                 )
@@ -166,10 +175,10 @@ async def _fetch_group(
             continue
         topic_id = ids.get(name)
         if by_id and topic_id is None:
-            meta = broker.logs.topics.get(name)
-            if meta is None:
+            tv = broker.metadata.topic(name)
+            if tv is None:
                 continue  # offsets of a topic that is gone cannot be named by id
-            topic_id = meta.topic_id
+            topic_id = tv.topic_id
         payload.append({**_topic_key(by_id, name, topic_id), "partitions": fetched})
     for name, topic_id, parts in refused:
         payload.append({**_topic_key(by_id, name, topic_id), "partitions": [
@@ -222,13 +231,15 @@ async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: Any) ->
     if not check(broker, ctx, Op.DELETE, Res.GROUP, str(req.group_id)):
         return build(ctx.response_class, {"throttle_time": 0, "topics": [],
                                           "error_code": ErrorCode.group_authorization_failed})
+    counts = await _counts(broker, [(str(t.name), [int(p.partition_index) for p in t.partitions])
+                                    for t in req.topics])
     for t in req.topics:
         readable = check(broker, ctx, Op.READ, Res.TOPIC, str(t.name))
         for p in t.partitions:
             tp = (str(t.name), int(p.partition_index))
             if not readable:
                 codes[tp] = ErrorCode.topic_authorization_failed
-            elif _exists(broker, tp[0], tp[1]):
+            elif 0 <= tp[1] < counts[tp[0]]:
                 valid.append(tp)
             else:
                 codes[tp] = ErrorCode.unknown_topic_or_partition

@@ -60,6 +60,7 @@ from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
+from tidegate.server.handlers.common import partition_count
 from tidegate.server.markers import Marker, write_markers
 
 log = logging.getLogger(__name__)
@@ -73,13 +74,6 @@ def _fenced(code: ErrorCode, version: int, since: int) -> ErrorCode:
     if code == ErrorCode.producer_fenced and version < since:
         return ErrorCode.invalid_producer_epoch
     return code
-
-
-def _partition_count(broker: Broker, topic: str) -> int:
-    """Partitions of `topic` in the cluster (0: no such topic). The metadata view, not
-    this broker's logs: in a cluster those hold only the topics with a replica here."""
-    view = broker.metadata.topic(topic)
-    return 0 if view is None else len(view.partitions)
 
 
 def _offset_commit_error(code: ErrorCode) -> ErrorCode:
@@ -96,8 +90,8 @@ def _offset_commit_error(code: ErrorCode) -> ErrorCode:
     return code
 
 
-def _partition_errors(broker: Broker, topics: Any, *, from_broker: bool = False
-                      ) -> tuple[list[TopicPartition], dict[TopicPartition, ErrorCode]]:
+async def _partition_errors(broker: Broker, topics: Any, *, from_broker: bool = False
+                            ) -> tuple[list[TopicPartition], dict[TopicPartition, ErrorCode]]:
     """The partitions a request names, and the errors of those that cannot be added.
     `from_broker` (v4+, which only brokers send): a group coordinator verifying a
     TxnOffsetCommit names its `__consumer_offsets` partition, which may be in a
@@ -106,7 +100,8 @@ def _partition_errors(broker: Broker, topics: Any, *, from_broker: bool = False
     errors: dict[TopicPartition, ErrorCode] = {}
     for t in topics or ():
         name = str(t.name)
-        count = _partition_count(broker, name)
+        count = await partition_count(broker, name, 1 + max(map(int, t.partitions or ()),
+                                                               default=-1))
         for p in t.partitions or ():
             tp = (name, int(p))
             wanted.append(tp)
@@ -120,7 +115,7 @@ def _partition_errors(broker: Broker, topics: Any, *, from_broker: bool = False
 async def _add_one(broker: Broker, txn_id: str, producer_id: int, epoch: int, topics: Any,
                    verify_only: bool, *, from_broker: bool = False
                    ) -> dict[TopicPartition, ErrorCode]:
-    wanted, errors = _partition_errors(broker, topics, from_broker=from_broker)
+    wanted, errors = await _partition_errors(broker, topics, from_broker=from_broker)
     if errors:
         return {tp: errors.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
     if not txn_id:
@@ -238,7 +233,8 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
         if group_id and not check(broker, ctx, Op.READ, Res.GROUP, group_id) else None)
     for t in req.topics or ():
         name = str(t.name)
-        count = _partition_count(broker, name)
+        count = await partition_count(broker, name, 1 + max(
+            (int(p.partition_index) for p in t.partitions or ()), default=-1))
         denied = denied_all or (None if check(broker, ctx, Op.READ, Res.TOPIC, name)
                                 else ErrorCode.topic_authorization_failed)
         for p in t.partitions or ():

@@ -1,0 +1,137 @@
+"""A topic just created through one broker, used at once through the others (3 brokers).
+
+Each broker's metadata cache follows ZooKeeper through watches, so it learns of a topic
+created through another broker a few milliseconds late. Clients do not wait: librdkafka's
+0081 sends CreatePartitions to any broker right after CreateTopics is answered, 0099
+commits offsets to the group's coordinator right after creating the topic. Both were
+refused with UNKNOWN_TOPIC_OR_PARTITION while the receiving broker's cache lagged.
+
+The tests use raw requests (no client retries hide an error), connected beforehand so
+that each request follows the CreateTopics answer as closely as a client's would, and
+loop so that the race shows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tests.integration.cluster import Cluster, cluster, wait_for
+from tests.integration.rawclient import RawClient
+
+__all__ = ["cluster"]
+
+ROUNDS = 15
+
+
+@pytest.fixture(scope="module")
+def raws(cluster: Cluster) -> Iterator[dict[int, RawClient]]:
+    clients = {bid: RawClient(b.bootstrap) for bid, b in cluster.brokers.items()}
+    try:
+        yield clients
+    finally:
+        for c in clients.values():
+            c.close()
+
+
+def _create(raw: RawClient, name: str, assignment: list[int] | None = None,
+            factor: int = 1) -> None:
+    topic: dict[str, Any] = {"name": name, "num_partitions": 1, "replication_factor": factor,
+                             "assignments": [], "configs": []}
+    if assignment is not None:
+        topic.update(num_partitions=-1, replication_factor=-1, assignments=[
+            {"partition_index": 0, "broker_ids": assignment}])
+    r = raw.call(19, 7, {"topics": [topic], "timeout": 10000})
+    assert r.topics[0].error_code.value == 0, r
+
+
+def _commit(raw: RawClient, group: str, name: str) -> str:
+    r = raw.call(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1,
+                        "member_id": "", "topics": [{"name": name, "partitions": [
+                            {"partition_index": 0, "committed_offset": 0}]}]})
+    return str(r.topics[0].partitions[0].error_code.name)
+
+
+def _coordinator(raws: dict[int, RawClient], group: str) -> int:
+    """The group's coordinator, once it has loaded the group's shard (on a new cluster,
+    __consumer_offsets is created by the first FindCoordinator)."""
+    def ready() -> int:
+        r = raws[1].call(10, 4, {"key_type": 0, "coordinator_keys": [group]})
+        c = r.coordinators[0]
+        if c.error_code.value != 0:
+            return 0
+        fetched = raws[int(c.node_id)].call(9, 7, {"group_id": group, "topics": None,
+                                                   "require_stable": False})
+        return int(c.node_id) if fetched.error_code.value == 0 else 0
+    return int(wait_for(f"the coordinator of {group}", ready))  # type: ignore[call-overload]
+
+
+def test_create_partitions_through_another_broker_at_once(
+        cluster: Cluster, raws: dict[int, RawClient]) -> None:
+    """librdkafka 0081: CreateTopics through broker 1, CreatePartitions through 2 and 3."""
+    failures = []
+    for i in range(ROUNDS):
+        name = f"lag-cp-{i}-{uuid.uuid4().hex[:6]}"
+        _create(raws[1], name)
+        for n, via in enumerate((2, 3), start=2):
+            r = raws[via].call(37, 3, {"topics": [{"name": name, "count": n,
+                                                   "assignments": None}],
+                                       "timeout_ms": 10000, "validate_only": False})
+            if r.results[0].error_code.value != 0:
+                failures.append((name, via, r.results[0].error_code.name))
+    assert not failures
+
+
+def test_offset_commit_right_after_create(
+        cluster: Cluster, raws: dict[int, RawClient]) -> None:
+    """librdkafka 0099: a commit reaches a coordinator that did not create the topic, at
+    once (the topic has a replica on every broker: only the lag is tested here)."""
+    group = f"lag-g-{uuid.uuid4().hex[:6]}"
+    coordinator = _coordinator(raws, group)
+    creator = 1 if coordinator != 1 else 2
+    failures = []
+    for i in range(ROUNDS):
+        name = f"lag-oc-{i}-{uuid.uuid4().hex[:6]}"
+        _create(raws[creator], name, factor=3)
+        code = _commit(raws[coordinator], group, name)
+        if code != "none":
+            failures.append((name, code))
+    assert not failures
+
+
+def test_delete_topic_through_another_broker_at_once(
+        cluster: Cluster, raws: dict[int, RawClient]) -> None:
+    failures = []
+    for i in range(ROUNDS):
+        name = f"lag-dt-{i}-{uuid.uuid4().hex[:6]}"
+        _create(raws[1], name)
+        r = raws[2].call(20, 4, {"topic_names": [name], "timeout_ms": 10000})
+        if r.responses[0].error_code.value != 0:
+            failures.append((name, r.responses[0].error_code.name))
+    assert not failures
+
+
+def test_offset_commit_to_a_coordinator_without_a_replica(
+        cluster: Cluster, raws: dict[int, RawClient]) -> None:
+    """Once every broker knows the topic, a coordinator that hosts none of its replicas
+    takes (and gives back) offsets for it; a partition the topic lacks is refused."""
+    group = f"lag-h-{uuid.uuid4().hex[:6]}"
+    coordinator = _coordinator(raws, group)
+    other = next(b for b in cluster.brokers if b != coordinator)
+    name = f"lag-nr-{uuid.uuid4().hex[:6]}"
+    _create(raws[other], name, assignment=[other])
+    wait_for("the coordinator to know the topic", lambda: raws[coordinator].call(
+        3, 12, {"topics": [{"name": name}], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False}).topics[0].error_code.value == 0)
+    assert _commit(raws[coordinator], group, name) == "none"
+    r = raws[coordinator].call(9, 7, {"group_id": group, "topics": [
+        {"name": name, "partition_indexes": [0]}], "require_stable": False})
+    assert r.topics[0].partitions[0].committed_offset == 0
+    r = raws[coordinator].call(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1,
+                                      "member_id": "", "topics": [{"name": name, "partitions": [
+                                          {"partition_index": 1, "committed_offset": 0}]}]})
+    assert r.topics[0].partitions[0].error_code.name == "unknown_topic_or_partition"
+    assert _commit(raws[coordinator], group, f"lag-none-{uuid.uuid4().hex[:6]}") == (
+        "unknown_topic_or_partition")
