@@ -37,13 +37,15 @@ def raws(cluster: Cluster) -> Iterator[dict[int, RawClient]]:
 
 
 def _create(raw: RawClient, name: str, assignment: list[int] | None = None,
-            factor: int = 1) -> None:
-    topic: dict[str, Any] = {"name": name, "num_partitions": 1, "replication_factor": factor,
-                             "assignments": [], "configs": []}
+            factor: int = 1, timeout: int = 0, partitions: int = 1) -> None:
+    """CreateTopics; with the default timeout 0 answered as soon as ZooKeeper has the
+    topic (as Kafka does), before any broker's cache can have it."""
+    topic: dict[str, Any] = {"name": name, "num_partitions": partitions,
+                             "replication_factor": factor, "assignments": [], "configs": []}
     if assignment is not None:
         topic.update(num_partitions=-1, replication_factor=-1, assignments=[
             {"partition_index": 0, "broker_ids": assignment}])
-    r = raw.call(19, 7, {"topics": [topic], "timeout": 10000})
+    r = raw.call(19, 7, {"topics": [topic], "timeout": timeout})
     assert r.topics[0].error_code.value == 0, r
 
 
@@ -78,7 +80,7 @@ def test_create_partitions_through_another_broker_at_once(
         for n, via in enumerate((2, 3), start=2):
             r = raws[via].call(37, 3, {"topics": [{"name": name, "count": n,
                                                    "assignments": None}],
-                                       "timeout_ms": 10000, "validate_only": False})
+                                       "timeout": 10000, "validate_only": False})
             if r.results[0].error_code.value != 0:
                 failures.append((name, via, r.results[0].error_code.name))
     assert not failures
@@ -107,10 +109,30 @@ def test_delete_topic_through_another_broker_at_once(
     for i in range(ROUNDS):
         name = f"lag-dt-{i}-{uuid.uuid4().hex[:6]}"
         _create(raws[1], name)
-        r = raws[2].call(20, 4, {"topic_names": [name], "timeout_ms": 10000})
+        r = raws[2].call(20, 4, {"topic_names": [name], "timeout": 10000})
         if r.responses[0].error_code.value != 0:
             failures.append((name, r.responses[0].error_code.name))
     assert not failures
+
+
+def test_create_topics_answers_once_its_partitions_have_leaders(
+        cluster: Cluster, raws: dict[int, RawClient]) -> None:
+    """With a timeout, CreateTopics and CreatePartitions answer once the receiving
+    broker's metadata has a leader for every partition made (Kafka's
+    DelayedCreatePartitions): a client may produce to them at once."""
+    def leaders(name: str) -> list[int]:
+        r = raws[1].call(3, 12, {"topics": [{"name": name}], "allow_auto_topic_creation": False,
+                                 "include_topic_authorized_operations": False})
+        return [int(p.leader_id) for p in r.topics[0].partitions]
+
+    for i in range(5):
+        name = f"lag-ld-{i}-{uuid.uuid4().hex[:6]}"
+        _create(raws[1], name, factor=3, timeout=10000, partitions=3)
+        assert len(got := leaders(name)) == 3 and min(got) > 0, got
+        r = raws[1].call(37, 3, {"topics": [{"name": name, "count": 5, "assignments": None}],
+                                 "timeout": 10000, "validate_only": False})
+        assert r.results[0].error_code.value == 0
+        assert len(got := leaders(name)) == 5 and min(got) > 0, got
 
 
 def test_offset_commit_to_a_coordinator_without_a_replica(

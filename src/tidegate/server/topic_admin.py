@@ -73,9 +73,10 @@ class TopicAdmin(Protocol):
     async def create_partitions(
         self, name: str, total: int, assignment: Sequence[Sequence[int]] | None, *,
         validate_only: bool,
-    ) -> None:
+    ) -> int:
         """Grow topic `name` to `total` partitions (UNKNOWN_TOPIC_OR_PARTITION,
-        INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT as `check_partition_increase`)."""
+        INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT as `check_partition_increase`);
+        returns how many it had."""
         ...
 
     async def find_topic(self, name: str) -> FoundTopic | None:
@@ -163,13 +164,14 @@ class EmbeddedTopicAdmin:
     async def create_partitions(
         self, name: str, total: int, assignment: Sequence[Sequence[int]] | None, *,
         validate_only: bool,
-    ) -> None:
+    ) -> int:
         found = await self.find_topic(name)
         if found is None:
             raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
         check_partition_increase(name, found.partitions, total, assignment)
         self.check_replication(1, assignment or ())
         self.broker.logs.create_partitions(name, total, validate_only=validate_only)
+        return found.partitions
 
     async def find_topic(self, name: str) -> FoundTopic | None:
         meta = self.broker.logs.topics.get(name)

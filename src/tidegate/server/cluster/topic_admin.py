@@ -141,11 +141,11 @@ async def request_topic_deletion(zk: ZkClient, name: str) -> None:
 async def add_partitions_in_zk(
     zk: ZkClient, name: str, total: int,
     assignment: Sequence[Sequence[int]] | None = None, *, validate_only: bool = False,
-) -> TopicAssignment:
+) -> int:
     """CreatePartitions: extend /brokers/topics/<t> (conditional on its version); the
     controller, watching the topic znode, writes the new partitions' states. The count
     to grow from is the znode's, not a broker's metadata cache (which may not have seen
-    a topic created through another broker moments ago)."""
+    a topic created through another broker moments ago). Returns that count."""
     try:
         data, stat = await zk.get(topic_path(name))
     except NoNodeError:
@@ -166,7 +166,7 @@ async def add_partitions_in_zk(
                           removing_replicas=current.removing_replicas)
     if not validate_only:
         await zk.transaction([SetData(topic_path(name), new.encode(), stat.version)])
-    return new
+    return have
 
 
 class ClusterTopicAdmin:
@@ -204,8 +204,9 @@ class ClusterTopicAdmin:
     async def create_partitions(
         self, name: str, total: int, assignment: Sequence[Sequence[int]] | None, *,
         validate_only: bool,
-    ) -> None:
-        await add_partitions_in_zk(self.zk, name, total, assignment, validate_only=validate_only)
+    ) -> int:
+        return await add_partitions_in_zk(self.zk, name, total, assignment,
+                                          validate_only=validate_only)
 
     async def find_topic(self, name: str) -> FoundTopic | None:
         """The topic's znode (the metadata cache follows it through a watch)."""

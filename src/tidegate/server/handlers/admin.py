@@ -1,7 +1,18 @@
-"""CreateTopics, DeleteTopics, CreatePartitions and DescribeCluster."""
+"""CreateTopics, DeleteTopics, CreatePartitions and DescribeCluster.
+
+CreateTopics and CreatePartitions with a timeout answer once this broker's metadata
+shows a leader for every partition they made, as Kafka's ZooKeeper-mode broker does
+(its DelayedCreatePartitions): in a cluster the topic admin only writes ZooKeeper and
+the controller elects the leaders. A topic still without leaders at the timeout is
+answered REQUEST_TIMED_OUT (it is created all the same), as in Kafka. The other brokers
+follow the same ZooKeeper znodes, so by then they know the topic too, or within
+milliseconds (handlers that only ask whether a topic exists ask ZooKeeper when their
+cache says no: handlers/common.py's `partition_count`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -13,7 +24,7 @@ from tidegate.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from tidegate.common.topics import INTERNAL_TOPICS
-from tidegate.protocol.messages import build, view
+from tidegate.protocol.messages import build, ms, view
 from tidegate.server.authz import AclOperation as Op
 from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check, check_cluster
@@ -27,6 +38,32 @@ from tidegate.server.topic_admin import check_assignment_shape
 from tidegate.storage.config import LogConfig
 
 log = logging.getLogger(__name__)
+
+_LEADER_POLL_S = 0.02  # the metadata watcher updates the view between two looks
+
+
+def _leaderless(broker: Broker, name: str, first: int, end: int) -> bool:
+    tv = broker.metadata.topic(name)
+    return (tv is None or len(tv.partitions) < end
+            or any(p.leader < 0 for p in tv.partitions[first:end]))
+
+
+async def _await_leaders(broker: Broker, made: dict[str, tuple[int, int]],
+                         timeout_ms: int) -> set[str]:
+    """Wait up to `timeout_ms` for a leader of every partition made (name -> the range
+    of partition indexes made); the names still without one."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_ms / 1000
+    while True:
+        left = {n for n, (first, end) in made.items() if _leaderless(broker, n, first, end)}
+        if not left or loop.time() >= deadline:
+            return left
+        await asyncio.sleep(min(_LEADER_POLL_S, max(0.0, deadline - loop.time())))
+
+
+def _timed_out(out: dict[str, Any], what: str) -> None:
+    out["error_code"] = ErrorCode.request_timed_out
+    out["error_message"] = f"{what} was not completed within the timeout"
 
 
 def _assignment(assignments: Any) -> dict[int, list[int]]:
@@ -48,6 +85,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
     # otherwise topic_config_error_code says TOPIC_AUTHORIZATION_FAILED (not logged)
     describable = {n for n in set(names) if check(broker, ctx, Op.DESCRIBE_CONFIGS,
                                                    Res.TOPIC, n, log_denied=False)}
+    made: dict[str, tuple[int, int]] = {}  # created here: name -> its partitions
     for t in req.topics:
         name = str(t.name)
         if name in duplicates and name in seen:
@@ -96,6 +134,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
                 validate_only=validate_only)
             if not validate_only:
                 out["topic_id"] = topic_id
+                made[name] = (0, partitions)
             if name not in describable:
                 out["topic_config_error_code"] = ErrorCode.topic_authorization_failed
                 results.append(out)
@@ -117,6 +156,12 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             # Kafka answers a duplicate with an empty config list, other errors with null
             out["configs"] = None if ctx.api_version >= 5 and name not in duplicates else []
         results.append(out)
+    timeout = ms(req.timeout)
+    if made and timeout > 0:
+        late = await _await_leaders(broker, made, timeout)
+        for out in results:
+            if out["name"] in late and out["error_code"] == 0:
+                _timed_out(out, f"Creation of topic {out['name']}")
     return build(ctx.response_class, {"throttle_time": 0, "topics": results})
 
 
@@ -170,6 +215,7 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
 
 async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     results = []
+    made: dict[str, tuple[int, int]] = {}  # grown here: name -> the partitions added
     for t in req.topics:
         out: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
         try:
@@ -182,13 +228,20 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
             # not this broker's metadata cache: in a cluster it may not have seen a topic
             # created through another broker moments ago; the topic admin counts the
             # partitions where it writes (the topic's znode), as Kafka's broker does
-            await broker.topic_admin.create_partitions(
+            had = await broker.topic_admin.create_partitions(
                 str(t.name), count, assignments or None, validate_only=bool(req.validate_only))
             if not req.validate_only:
                 log.info("topic %s now has %d partitions", t.name, count)
+                made[str(t.name)] = (had, count)
         except KafkaError as e:
             out["error_code"], out["error_message"] = error_fields(e)
         results.append(out)
+    timeout = ms(req.timeout)
+    if made and timeout > 0:
+        late = await _await_leaders(broker, made, timeout)
+        for out in results:
+            if out["name"] in late and out["error_code"] == 0:
+                _timed_out(out, f"Adding partitions to topic {out['name']}")
     return build(ctx.response_class, {"throttle_time": 0, "results": results})
 
 
