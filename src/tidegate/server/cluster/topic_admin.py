@@ -17,6 +17,8 @@ INVALID_REPLICA_ASSIGNMENT, UNKNOWN_TOPIC_OR_PARTITION.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 import uuid
 from collections.abc import Mapping, Sequence
@@ -44,10 +46,16 @@ from tidegate.replication.znodes import (
     topic_path,
 )
 from tidegate.replication.znodes_admin import encode_entity_config
-from tidegate.server.cluster.errors import NodeExistsError, NoNodeError
+from tidegate.server.cluster.errors import NodeExistsError, NoNodeError, ZkError
 from tidegate.server.cluster.topic_configs import alter_topic_config_in_zk, read_topic_config
 from tidegate.server.cluster.zk import ZkClient
 from tidegate.server.topic_admin import ConfigChange, FoundTopic, check_partition_increase
+
+log = logging.getLogger(__name__)
+
+# find_topic backs up a cache that said "no": a ZooKeeper that does not answer by then
+# leaves that answer standing rather than holding the request
+FIND_TIMEOUT_S = 5.0
 
 __all__ = [
     "ClusterTopicAdmin",
@@ -209,14 +217,17 @@ class ClusterTopicAdmin:
                                           validate_only=validate_only)
 
     async def find_topic(self, name: str) -> FoundTopic | None:
-        """The topic's znode (the metadata cache follows it through a watch)."""
+        """The topic's znode (the metadata cache follows it through a watch); None if
+        ZooKeeper cannot be read within FIND_TIMEOUT_S."""
         try:
-            data, _ = await self.zk.get(topic_path(name))
+            async with asyncio.timeout(FIND_TIMEOUT_S):
+                data, _ = await self.zk.get(topic_path(name))
             topic = TopicAssignment.decode(name, data)
-        except NoNodeError:
+        except (NoNodeError, MalformedZnodeError):
+            return None  # a malformed znode: as the metadata cache sees it
+        except (ZkError, TimeoutError) as e:
+            log.warning("could not read topic %s from ZooKeeper: %s", name, e or "timed out")
             return None
-        except MalformedZnodeError:
-            return None  # as the metadata cache sees it
         if topic.topic_id is None:
             return None  # the cache does not show a topic without an id either
         return FoundTopic(topic.topic_id, len(topic.partitions))
