@@ -157,3 +157,21 @@ def test_offset_commit_to_a_coordinator_without_a_replica(
     assert r.topics[0].partitions[0].error_code.name == "unknown_topic_or_partition"
     assert _commit(raws[coordinator], group, f"lag-none-{uuid.uuid4().hex[:6]}") == (
         "unknown_topic_or_partition")
+
+
+def test_every_broker_lists_its_own_groups(
+        cluster: Cluster, raws: dict[int, RawClient]) -> None:
+    """ListGroups (librdkafka 0081's ListConsumerGroups asks every broker): each broker
+    lists the groups of the __consumer_offsets partitions it leads, without error for
+    the partitions other brokers lead."""
+    group = f"lag-lg-{uuid.uuid4().hex[:6]}"
+    coordinator = _coordinator(raws, group)
+    name = f"lag-lg-{uuid.uuid4().hex[:6]}"
+    _create(raws[1], name, factor=3, timeout=10000)
+    assert _commit(raws[coordinator], group, name) == "none"
+    listed: dict[int, list[str]] = {}
+    for bid, raw in raws.items():
+        r = raw.call(16, 5, {"states_filter": [], "types_filter": ["classic"]})
+        assert r.error_code.value == 0, (bid, r.error_code)
+        listed[bid] = [str(g.group_id) for g in r.groups]
+    assert [bid for bid, groups in listed.items() if group in groups] == [coordinator]

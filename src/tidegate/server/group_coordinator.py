@@ -55,6 +55,7 @@ from tidegate.coordinator.group.shard import GroupShard
 from tidegate.coordinator.runtime import (
     CoordinatorLoadInProgressError,
     CoordinatorRuntime,
+    NotCoordinatorError,
     Result,
 )
 from tidegate.protocol.consumer_group_records import TopicMetadata
@@ -319,8 +320,10 @@ class GroupCoordinator:
 
     async def list_groups(self, states: list[str], types: list[str]
                           ) -> tuple[ErrorCode, list[ListedGroup]]:
-        """Every group of every partition; the error of a partition that cannot answer
-        (loading, failed) is reported with the groups of the others."""
+        """Every group of every partition this broker coordinates; the error of one that
+        cannot answer (loading, failed) is reported with the groups of the others. A
+        partition another broker leads is left out, not an error (Kafka's broker lists
+        only its own groups; admin clients ask every broker)."""
         if not self.shell.started:
             return ErrorCode.coordinator_not_available, []
         code = ErrorCode.none
@@ -329,6 +332,8 @@ class GroupCoordinator:
             try:
                 out += await self.shell.run(
                     p, lambda s, _now, _t: Result(admin.list_groups(s, states, types)))
+            except NotCoordinatorError:
+                continue
             except KafkaError as e:
                 code = e.code
         return code, out
