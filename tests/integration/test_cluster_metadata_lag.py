@@ -13,8 +13,10 @@ loop so that the race shows.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,3 +177,36 @@ def test_every_broker_lists_its_own_groups(
         assert r.error_code.value == 0, (bid, r.error_code)
         listed[bid] = [str(g.group_id) for g in r.groups]
     assert [bid for bid, groups in listed.items() if group in groups] == [coordinator]
+
+
+def test_a_new_coordinator_is_retried_not_refused(tmp_path: Path) -> None:
+    """On a new cluster the first FindCoordinator creates __consumer_offsets and names
+    a leader as soon as the controller writes the partition's state; that broker takes
+    the partition up a moment later. Meanwhile it answers COORDINATOR_LOAD_IN_PROGRESS
+    (retry here), not NOT_COORDINATOR (librdkafka 0099's committed() gave up on it)."""
+    c = Cluster(tmp_path)
+    c.start()
+    raws: dict[int, RawClient] = {}
+    try:
+        raws = {bid: RawClient(b.bootstrap) for bid, b in c.brokers.items()}
+        group = f"lag-new-{uuid.uuid4().hex[:6]}"
+
+        def find() -> int:
+            r = raws[1].call(10, 4, {"key_type": 0, "coordinator_keys": [group]})
+            return int(r.coordinators[0].node_id) if r.coordinators[0].error_code.value == 0 else 0
+
+        coordinator = int(wait_for("a coordinator", find))  # type: ignore[call-overload]
+        seen = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            r = raws[coordinator].call(9, 7, {"group_id": group, "topics": None,
+                                              "require_stable": False})
+            seen.append(r.error_code.name)
+            if r.error_code.value == 0:
+                break
+            time.sleep(0.05)
+        assert seen[-1] == "none" and "not_coordinator" not in seen, seen
+    finally:
+        for raw in raws.values():
+            raw.close()
+        c.stop()

@@ -172,7 +172,25 @@ class GroupCoordinator:
         if not self.shell.started:
             raise KafkaError("the group coordinator is starting",
                              code=ErrorCode.coordinator_not_available)
-        return await self.shell.run(self.partition_for(group_id), op)
+        partition = self.partition_for(group_id)
+        try:
+            return await self.shell.run(partition, op)
+        except NotCoordinatorError:
+            if not self._named_leader(partition):
+                raise
+            # cluster mode: FindCoordinator answers from the metadata, which names the
+            # leader as soon as the controller writes the partition's state; the leader
+            # takes the partition up a moment later (on a new cluster, one partition of
+            # __consumer_offsets after the other). Meanwhile, as Kafka while it loads:
+            # retry here (NOT_COORDINATOR sends clients back to FindCoordinator, which
+            # names this broker again; librdkafka's committed() gives up on it)
+            raise CoordinatorLoadInProgressError(
+                f"{CONSUMER_OFFSETS}-{partition} is being taken up here") from None
+
+    def _named_leader(self, partition: int) -> bool:
+        t = self.broker.metadata.topic(CONSUMER_OFFSETS)
+        return (t is not None and partition < len(t.partitions)
+                and t.partitions[partition].leader == self.broker.node_id)
 
     # Classic requests for a consumer group with members (a mixed group) are served by
     # the consumer group (consumer_classic.py), unless group.consumer.migration.policy
