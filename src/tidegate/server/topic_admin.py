@@ -7,8 +7,9 @@ the `TopicAdmin` port; they never touch the `LogManager` or ZooKeeper themselves
   every partition led here, as soon as the call returns. Replication factor 1 only.
 - the cluster implementation (`server/cluster/topic_admin.py`): writes Kafka's
   `/brokers/topics/<t>` and `/config/topics/<t>` znodes (or `/admin/delete_topics/<t>`)
-  and returns; the controller then elects leaders and the brokers open their replicas,
-  so for a moment the new topic's partitions answer LEADER_NOT_AVAILABLE, as in Kafka.
+  and returns; the controller then elects leaders and the brokers open their replicas
+  (CreateTopics and CreatePartitions with a timeout wait for the leaders in the
+  handler, handlers/admin.py, as Kafka's broker does).
 
 `find_topic` reads the same truth the writes go to. A cluster broker's metadata cache
 follows ZooKeeper a few milliseconds late, and clients use a topic through any broker
