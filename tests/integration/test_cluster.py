@@ -88,6 +88,10 @@ def test_a_broker_that_does_not_lead_answers_not_leader(cluster: Cluster) -> Non
     md = _kcat_metadata(cluster.brokers[1].bootstrap, name)
     leader = md["topics"][0]["partitions"][0]["leader"]  # type: ignore[index]
     other = next(b for bid, b in cluster.brokers.items() if bid != leader)
+    # a broker that has not seen the topic yet answers UNKNOWN_TOPIC_OR_PARTITION (its
+    # watch comes milliseconds after broker 1's; as in Kafka before UpdateMetadata)
+    wait_for(f"broker {other.bootstrap} to know {name}", lambda: _kcat_metadata(
+        other.bootstrap, name)["topics"][0]["partitions"][0]["leader"] == leader)  # type: ignore[index]
     raw = RawClient(other.bootstrap)
     try:
         resp = raw.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
