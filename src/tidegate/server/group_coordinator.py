@@ -176,21 +176,29 @@ class GroupCoordinator:
         try:
             return await self.shell.run(partition, op)
         except NotCoordinatorError:
-            if not self._named_leader(partition):
+            if not self._taking_up(partition):
                 raise
             # cluster mode: FindCoordinator answers from the metadata, which names the
             # leader as soon as the controller writes the partition's state; the leader
             # takes the partition up a moment later (on a new cluster, one partition of
-            # __consumer_offsets after the other). Meanwhile, as Kafka while it loads:
-            # retry here (NOT_COORDINATOR sends clients back to FindCoordinator, which
-            # names this broker again; librdkafka's committed() gives up on it)
+            # __consumer_offsets after the other), and its own metadata may see the
+            # state a few ms after the broker that answered. Meanwhile, as Kafka while
+            # it loads: retry here (NOT_COORDINATOR sends clients back to
+            # FindCoordinator, which names this broker again; librdkafka's committed()
+            # gives up on it)
             raise CoordinatorLoadInProgressError(
-                f"{CONSUMER_OFFSETS}-{partition} is being taken up here") from None
+                f"{CONSUMER_OFFSETS}-{partition} is not taken up here yet") from None
 
-    def _named_leader(self, partition: int) -> bool:
+    def _taking_up(self, partition: int) -> bool:
+        """This broker does not hold `partition`, and the metadata does not name another
+        leader: it names this broker, or has no state for the partition yet."""
+        if self.runtime.state(partition) is not None:
+            return False  # held (loading, failed, being given up): its own answer
         t = self.broker.metadata.topic(CONSUMER_OFFSETS)
-        return (t is not None and partition < len(t.partitions)
-                and t.partitions[partition].leader == self.broker.node_id)
+        if t is None or partition >= len(t.partitions):
+            return True
+        p = t.partitions[partition]
+        return p.leader == self.broker.node_id or (p.leader < 0 and p.leader_epoch < 0)
 
     # Classic requests for a consumer group with members (a mixed group) are served by
     # the consumer group (consumer_classic.py), unless group.consumer.migration.policy

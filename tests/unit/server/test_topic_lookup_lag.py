@@ -142,3 +142,27 @@ def test_check_partition_increase() -> None:
         with pytest.raises(KafkaError) as e:
             check_partition_increase("t", 2, 4, bad)
         assert e.value.code == ErrorCode.invalid_replica_assignment
+
+
+def _coordinator(held: bool, leader: int | None, epoch: int = 0) -> Any:
+    """A stand-in for GroupCoordinator's `_taking_up`: broker 1, partition 0 of
+    __consumer_offsets held or not, and the metadata's leader (None: no topic)."""
+    from tidegate.server.metadata_view import PartitionView, TopicView
+    parts = () if leader is None else (PartitionView(0, leader, epoch, (1, 2), ()),)
+    topic = None if leader is None else TopicView("__consumer_offsets", TOPIC_ID, parts)
+    return SimpleNamespace(
+        runtime=SimpleNamespace(state=lambda _p: "ACTIVE" if held else None),
+        broker=SimpleNamespace(node_id=1, metadata=SimpleNamespace(topic=lambda _n: topic)))
+
+
+def test_a_coordinator_not_yet_leading_is_retried_not_refused() -> None:
+    """COORDINATOR_LOAD_IN_PROGRESS (not NOT_COORDINATOR) while this broker does not hold
+    a partition that the metadata names it leader of, or has no state for yet."""
+    from tidegate.server.group_coordinator import GroupCoordinator
+    taking_up = GroupCoordinator._taking_up
+    assert taking_up(_coordinator(held=False, leader=1), 0)  # named, not taken up yet
+    assert taking_up(_coordinator(held=False, leader=None), 0)  # topic not seen yet
+    assert taking_up(_coordinator(held=False, leader=-1, epoch=-1), 0)  # no state yet
+    assert not taking_up(_coordinator(held=False, leader=2), 0)  # another leads it
+    assert not taking_up(_coordinator(held=False, leader=-1, epoch=3), 0)  # offline
+    assert not taking_up(_coordinator(held=True, leader=1), 0)  # held: its own answer
