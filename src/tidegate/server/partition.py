@@ -112,16 +112,23 @@ class Partition:
         single_batch: bool = False,
         verification_guard: object = UNVERIFIED,
     ) -> AppendInfo:
-        """Append a client's batches (see `Log.append`) and tell the high-watermark rule."""
-        self.check_leader()
-        info = self.log.append(
+        """Append a client's batches (see `Log.append`) and tell the high-watermark rule
+        (on the embedded broker under a relaxed flush policy the append itself moves
+        the high watermark, in the same hold of the log's lock)."""
+        if not self.is_leader:
+            self.check_leader()  # raises
+        manager = self._manager
+        lg = self.log
+        moves_hw = manager.append_moves_hw(lg)
+        info = lg.append(
             data,
             leader_epoch=self.leader_epoch if self.stamp_epoch else None,
             single_batch=single_batch,
             verification_guard=verification_guard,
+            advance_hw=moves_hw,
         )
         if not info.duplicate and info.first_offset >= 0:
-            self._manager.after_append(self)
+            manager.after_append(self, moved_hw=moves_hw)
         return info
 
     def append_control(self, data: bytes, *, coordinator_epoch: int | None = None) -> AppendInfo:

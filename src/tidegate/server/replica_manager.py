@@ -232,11 +232,21 @@ class ReplicaManager:
     def syncs_every_write(lg: Log) -> bool:
         return lg.config.flush_messages <= 1
 
-    def after_append(self, part: Partition) -> None:
-        """Called after each append: advance the HW now, or once the data is fsynced."""
+    def append_moves_hw(self, lg: Log) -> bool:
+        """Whether an append to `lg` moves its high watermark itself (`Log.append(
+        advance_hw=True)`): on one node under a relaxed flush policy, where
+        `after_append` would move it to the new log end at once."""
+        return not self.cluster and lg.config.flush_messages > 1
+
+    def after_append(self, part: Partition, *, moved_hw: bool = False) -> None:
+        """Called after each append: advance the HW now, or once the data is fsynced.
+        `moved_hw`: the append moved it already (`append_moves_hw`)."""
         lg = part.log
         self._by_log[id(lg)] = part
-        if self.syncs_every_write(lg):
+        if moved_hw:
+            if self._watchers:  # as `_advance_hw` after a move
+                self._notify(part.tp)
+        elif self.syncs_every_write(lg):
             self.group_commit.mark_dirty(lg)
         else:
             self._advance_hw(lg, lg.log_end_offset)

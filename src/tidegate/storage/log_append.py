@@ -28,16 +28,23 @@ from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
-from tidegate.records.batch import BatchHeader, validate_batch
+from tidegate.records.batch import HEADER_SIZE, BatchHeader, stamp_header, validate_batch
 from tidegate.records.control import ControlType
 from tidegate.storage.errors import RecordListTooLargeError
 from tidegate.storage.log_state import LogState
 from tidegate.storage.markers import marker_of
 from tidegate.storage.producer_state import DuplicateBatch
-from tidegate.storage.record_checks import BatchRecords, Scan, validate_records
+from tidegate.storage.record_checks import (
+    NO_TIMESTAMPS,
+    BatchRecords,
+    Scan,
+    decompressed_limit,
+    validate_records,
+)
 from tidegate.storage.txn_index import TxnIndexEntry
 from tidegate.storage.validation import (
     assign_offsets,
+    check_produce_batch,
     check_timestamps,
     stamp_offsets,
     validate_producer_batches,
@@ -49,6 +56,7 @@ __all__ = ["UNVERIFIED", "AppendInfo", "AppendingLog"]
 UNVERIFIED: object = object()
 
 _position, _header = itemgetter(0), itemgetter(1)  # of a (position, header) pair
+_AT_START = (0,)  # the position of `_append_one`'s batch in its data
 
 
 class AppendInfo(NamedTuple):
@@ -78,9 +86,12 @@ class AppendingLog(LogState):
         leader_epoch: int | None = None,
         single_batch: bool = False,
         verification_guard: object = UNVERIFIED,
+        advance_hw: bool = False,
     ) -> AppendInfo:
         """Validate producer batches, check producer sequences, assign offsets, append.
         No fsync. Every record is parsed once to be checked (`record_checks`).
+        `advance_hw`: move the high watermark to the new log end within the same hold
+        of the lock (the embedded broker under a relaxed flush policy: ReplicaManager).
 
         The whole request is rejected (nothing appended) if any batch is invalid; a
         producer's retry of a cached batch is answered with `duplicate` set. An
@@ -92,14 +103,35 @@ class AppendingLog(LogState):
         now = self._clock.now_ms() if now_ms is None else now_ms
         cfg = self._config
         view = memoryview(data).cast("B") if isinstance(data, memoryview) else data
+        # A Produce's usual partition data, one whole batch, is checked in one step
+        # (`check_produce_batch`); anything else by the general steps
+        one = check_produce_batch(view, cfg) if single_batch else None
         scans: list[Scan | None] = []  # the records scanned with the headers (one C call)
-        found = validate_producer_batches(view, cfg, single_batch=single_batch, scans=scans)
-        if not found:
-            return AppendInfo(-1, -1, -1, self._log_start_offset, -1, 0, [])
+        if one is None:
+            found = validate_producer_batches(view, cfg, single_batch=single_batch, scans=scans)
+            if not found:
+                return AppendInfo(-1, -1, -1, self._log_start_offset, -1, 0, [])
         if len(view) > cfg.segment_bytes:
             raise RecordListTooLargeError(
                 f"{len(view)} bytes of batches exceed segment.bytes ({cfg.segment_bytes})"
             )
+        if one is not None:
+            header, scan = one
+            # records scanned and valid, uncompressed, CreateTime, no LogAppendTime: what
+            # `validate_records` would find fine without a decode (and its BatchRecords
+            # is built only if a timestamp looks out of range: `_append_one`)
+            if (scan is not None and scan[2] < 0 and not (cfg.compact and scan[3])
+                    and scan[0] is not None and scan[1] is not None
+                    and not header.compression and not header.timestamp_type
+                    and not cfg.log_append_time):
+                return self._append_one(
+                    view if isinstance(view, memoryview) and view.readonly
+                    else memoryview(view).toreadonly(),
+                    header, scan[0], scan[1], now, leader_epoch, verification_guard,
+                    advance_hw,
+                )
+            found = [(0, header)]
+            scans.append(scan)
         checked = validate_records(view, found, cfg, scans=scans)  # every record (record_checks)
         # LogAppendTime rewrites timestamps under the CRC: a private copy; else the
         # request's bytes are written as they are, around new headers (stamp_offsets)
@@ -118,7 +150,67 @@ class AppendingLog(LogState):
             from_client=True,
             records=checked,
             guard=verification_guard,
+            advance_hw=advance_hw,
         )
+
+    def _append_one(
+        self,
+        buf: memoryview,
+        header: BatchHeader,
+        lo: int,
+        hi: int,
+        now: int,
+        leader_epoch: int | None,
+        guard: object,
+        advance_hw: bool,
+    ) -> AppendInfo:
+        """`_append` of one checked client batch (`append`'s fast case: records scanned
+        valid, CreateTime, uncompressed; `lo`/`hi` its records' timestamp range): the
+        same steps in the same order, without the general path's lists and loops."""
+        cfg = self._config
+        if cfg.log_append_time:  # the config changed since `append` read it
+            found = [(0, header)]
+            checked = validate_records(buf, found, cfg)
+            return self._append(buf, found, now, leader_epoch, from_client=True,
+                                records=checked, guard=guard, advance_hw=advance_hw)
+        with self._lock:
+            self._check_open()
+            psm = self._producers
+            if header.producer_id >= 0:
+                dup = psm.validate(
+                    header,
+                    is_from_client=True,
+                    coordinator_epoch=None,
+                    verification_guard=guard,
+                    check_verification=guard is not UNVERIFIED,
+                )
+                if dup is not None:
+                    return self._duplicate(dup, False)
+            # `check_timestamps`, decided here when everything is in range (the usual
+            # case; the limits may be LONG_MAX: Python's ints do not overflow)
+            lo_lim = now - cfg.timestamp_before_max_ms
+            hi_lim = now + cfg.timestamp_after_max_ms
+            bts, mts, n = header.base_timestamp, header.max_timestamp, header.records_count
+            if not ((not n or (lo >= lo_lim and hi <= hi_lim))
+                    and (bts < 0 or lo_lim <= bts <= hi_lim)
+                    and (mts < 0 or lo_lim <= mts <= hi_lim)):
+                records = [BatchRecords(None, n, lo, hi, (header, buf[HEADER_SIZE:header.size],
+                                                          decompressed_limit(cfg)))
+                           if n else NO_TIMESTAMPS]
+                check_timestamps([header], now, cfg, records)
+            head, last = stamp_header(buf, 0, self._segs.active.next_offset, leader_epoch)
+            seg = self._maybe_roll(len(buf), last.max_timestamp, last.last_offset, now)
+            seg.append((head, buf[HEADER_SIZE:]), (last,), _AT_START)
+            # From here nothing may fail (see `_append`). A client's batch is never a
+            # marker: it completes no transaction.
+            psm.update(last, now)
+            if leader_epoch is not None:
+                self._note_epochs((last,))
+            if advance_hw:
+                self._advance_hw_locked(last.last_offset + 1)
+            lso = self._log_start_offset
+        return AppendInfo(last.base_offset, last.last_offset, -1, lso, last.max_timestamp,
+                          last.records_count, [last])
 
     def append_control(
         self,
@@ -165,6 +257,7 @@ class AppendingLog(LogState):
         records: list[BatchRecords] | None = None,
         control_types: list[ControlType | None] | None = None,
         guard: object = UNVERIFIED,
+        advance_hw: bool = False,
     ) -> AppendInfo:
         cfg = self._config
         log_append = cfg.log_append_time
@@ -222,6 +315,8 @@ class AppendingLog(LogState):
                     )
             if leader_epoch is not None:
                 self._note_epochs(headers)
+            if advance_hw:
+                self._advance_hw_locked(last.last_offset + 1)
             lso = self._log_start_offset
         # By position (the keywords' binding cost as much again as the tuple's making)
         return AppendInfo(

@@ -88,6 +88,8 @@ class LogState:
 
         def _refresh_lso(self, *, allow_backwards: bool = False) -> None: ...  # log_txn
 
+        def _advance_hw_locked(self, offset: int) -> bool: ...  # log_txn
+
         def _epochs_cut(self, changed: bool) -> None: ...  # log_replica
 
         def _persist_epochs(self, *, quiet: bool = False, sync: bool = True) -> None: ...

@@ -43,13 +43,17 @@ class TransactionalLog(LogState):
         """Move the high watermark forward to `offset` (clamped to the log end); True if
         it moved. Transactions whose marker it passes become stable (the LSO moves)."""
         with self._lock:
-            offset = min(offset, self._segs.active.next_offset)
-            if offset <= self._high_watermark:
-                return False
-            self._high_watermark = offset
-            self._producers.on_high_watermark_updated(offset)
-            self._refresh_lso()
-            return True
+            return self._advance_hw_locked(offset)
+
+    def _advance_hw_locked(self, offset: int) -> bool:
+        """`update_high_watermark` under the lock (also `append(advance_hw=True)`)."""
+        offset = min(offset, self._segs.active.next_offset)
+        if offset <= self._high_watermark:
+            return False
+        self._high_watermark = offset
+        self._producers.on_high_watermark_updated(offset)
+        self._refresh_lso()
+        return True
 
     def set_high_watermark_as_follower(self, leader_high_watermark: int) -> bool:
         """A follower's HW after a fetch: the leader's, capped by this log's end (it may

@@ -49,6 +49,7 @@ from tidegate.storage.errors import InvalidTimestampError
 __all__ = [
     "DECOMPRESSED_FLOOR",
     "DECOMPRESSED_RATIO",
+    "NO_TIMESTAMPS",
     "BatchRecords",
     "KeylessRecordError",
     "RecordTimestampError",
@@ -146,7 +147,7 @@ class BatchRecords:
 
 
 # A batch without timestamps to check (shared: nothing changes it)
-_NO_TIMESTAMPS = BatchRecords([], 0, -1, -1)
+NO_TIMESTAMPS = BatchRecords([], 0, -1, -1)
 
 
 def validate_records(
@@ -187,7 +188,7 @@ def validate_records(
                 if want_timestamps and n > 0:
                     out.append(BatchRecords(None, n, lo, hi, (header, section, limit)))
                 else:
-                    out.append(_NO_TIMESTAMPS)
+                    out.append(NO_TIMESTAMPS)
                 continue
         out.append(_decode_and_check(header, bytes(raw), compacted, want_timestamps))
     return out
@@ -227,4 +228,4 @@ def _decode_and_check(
     if want_timestamps and n:
         ts = list(map(_timestamp, records))
         return BatchRecords(ts, n, min(ts), max(ts))
-    return _NO_TIMESTAMPS
+    return NO_TIMESTAMPS

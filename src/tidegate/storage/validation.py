@@ -44,7 +44,13 @@ from tidegate.storage.config import LONG_MAX, LogConfig
 from tidegate.storage.errors import InvalidTimestampError
 from tidegate.storage.record_checks import BatchRecords, RecordTimestampError, Scan
 
-__all__ = ["assign_offsets", "check_timestamps", "stamp_offsets", "validate_producer_batches"]
+__all__ = [
+    "assign_offsets",
+    "check_produce_batch",
+    "check_timestamps",
+    "stamp_offsets",
+    "validate_producer_batches",
+]
 
 NO_TIMESTAMP = -1
 
@@ -79,29 +85,50 @@ def validate_producer_batches(
             header = validate_batch(data, pos)
             if scans is not None:
                 scans.append(None)
-        size = header.size
-        if size > config.max_message_bytes:
-            raise MessageTooLargeError(
-                f"record batch of {size} bytes exceeds max.message.bytes "
-                f"({config.max_message_bytes})"
-            )
-        if header.is_control:
-            raise InvalidRecordError("producers may not write control batches")
-        if header.producer_id >= 0:
-            idempotent = True
-            if header.base_sequence == NO_SEQUENCE:
-                raise InvalidRecordError(
-                    f"Invalid sequence number {header.base_sequence} in record batch with "
-                    f"producerId {header.producer_id}"
-                )
+        _check_header(header, config)
+        idempotent = idempotent or header.producer_id >= 0
         found.append((pos, header))
-        pos += size
+        pos += header.size
     if len(found) > 1 and (single_batch or idempotent):
         raise InvalidRecordError(
             f"produce requests must contain exactly one record batch per partition, got "
             f"{len(found)}"
         )
     return found
+
+
+def check_produce_batch(
+    data: Buffer, config: LogConfig
+) -> tuple[BatchHeader, Scan | None] | None:
+    """`validate_producer_batches(single_batch=True, scans=)` for a Produce's usual
+    partition data, one whole batch: its header and C scan, after the same checks with
+    the same errors. None when `data` is not exactly one batch or the C extension is not
+    built: the caller takes the general path (whose first error is then the same)."""
+    check_c = _accel.check_batch
+    if check_c is None or not len(data) or (isinstance(data, memoryview) and data.format != "B"):
+        return None
+    header, scan = check_c(data, 0, BatchHeader, True)
+    if header.size != len(data):
+        return None
+    _check_header(header, config)
+    return header, scan
+
+
+def _check_header(header: BatchHeader, config: LogConfig) -> None:
+    """A producer's batch: size, not control, an idempotent one's base sequence."""
+    size = header.size
+    if size > config.max_message_bytes:
+        raise MessageTooLargeError(
+            f"record batch of {size} bytes exceeds max.message.bytes "
+            f"({config.max_message_bytes})"
+        )
+    if header.is_control:
+        raise InvalidRecordError("producers may not write control batches")
+    if header.producer_id >= 0 and header.base_sequence == NO_SEQUENCE:
+        raise InvalidRecordError(
+            f"Invalid sequence number {header.base_sequence} in record batch with "
+            f"producerId {header.producer_id}"
+        )
 
 
 def check_timestamps(
