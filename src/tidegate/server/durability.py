@@ -318,7 +318,11 @@ class GroupCommit:
         except BaseException:
             self._abandon(target)
             raise
-        self._step(target)
+        if key in self._dirty:
+            self._step(target)
+        else:  # nothing appended or waited for since: the round ends here (`_next_flush`)
+            self._running.discard(key)
+            self._covering.pop(key, None)
 
     def _failed(self, target: Flushable, e: BaseException) -> None:
         """Disk errors: fail the waiters, keep serving, flush again later."""

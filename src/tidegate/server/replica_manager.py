@@ -230,13 +230,13 @@ class ReplicaManager:
 
     @staticmethod
     def syncs_every_write(lg: Log) -> bool:
-        return lg.config.flush_messages <= 1
+        return lg.syncs_every_write
 
     def append_moves_hw(self, lg: Log) -> bool:
         """Whether an append to `lg` moves its high watermark itself (`Log.append(
         advance_hw=True)`): on one node under a relaxed flush policy, where
         `after_append` would move it to the new log end at once."""
-        return not self.cluster and lg.config.flush_messages > 1
+        return not self.cluster and not lg.syncs_every_write
 
     def after_append(self, part: Partition, *, moved_hw: bool = False) -> None:
         """Called after each append: advance the HW now, or once the data is fsynced.
@@ -246,7 +246,7 @@ class ReplicaManager:
         if moved_hw:
             if self._watchers:  # as `_advance_hw` after a move
                 self._notify(part.tp)
-        elif self.syncs_every_write(lg):
+        elif lg.syncs_every_write:
             self.group_commit.mark_dirty(lg)
         else:
             self._advance_hw(lg, lg.log_end_offset)
@@ -316,21 +316,23 @@ class ReplicaManager:
                 part.leadership.on_leader_progress()
 
     def _on_flushed(self, target: Flushable, recovery_point: int) -> None:
-        if isinstance(target, Log) and self.syncs_every_write(target):
+        if isinstance(target, Log) and target.syncs_every_write:
             self._advance_hw(target, recovery_point)
 
     def _advance_hw(self, lg: Log, hw: int) -> None:
-        part = self._by_log.get(id(lg))
         if self.cluster:
             # a leader's HW is the ISR's (Leadership); a follower's comes from its leader
+            part = self._by_log.get(id(lg))
             if (part is not None and part.leadership is not None
                     and part.leadership.on_leader_progress()):
                 self._notify(part.tp)
             return
         # clamps to the log end; also moves the LSO. No fetch long-polling: nothing to
         # wake (a flush round ends here once per log: no tuple and call per log then)
-        if lg.update_high_watermark(hw) and part is not None and self._watchers:
-            self._notify(part.tp)
+        if lg.update_high_watermark(hw) and self._watchers:
+            part = self._by_log.get(id(lg))
+            if part is not None:
+                self._notify(part.tp)
 
     # -- ISR changes (cluster) --------------------------------------------------------
 

@@ -144,6 +144,9 @@ class Log(AppendingLog, RollingLog, ReadingLog, TransactionalLog, ReplicaLog,
         self.topic, self.partition = parsed
         self.topic_id = opened.topic_id
         self._config = config
+        # flush.messages <= 1: every append waits for the group commit's fsync (the
+        # server's policy reads this plain attribute on each append and flush round)
+        self.syncs_every_write = config.flush_messages <= 1
         self._clock = clock
         self._segs = SegmentList(opened.segments, directory)
         self._lock = self._segs.lock
@@ -224,6 +227,7 @@ class Log(AppendingLog, RollingLog, ReadingLog, TransactionalLog, ReplicaLog,
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
             self._config = config
+            self.syncs_every_write = config.flush_messages <= 1
             for seg in self._segs.segments:
                 seg.config = config
 

@@ -56,7 +56,6 @@ __all__ = ["UNVERIFIED", "AppendInfo", "AppendingLog"]
 UNVERIFIED: object = object()
 
 _position, _header = itemgetter(0), itemgetter(1)  # of a (position, header) pair
-_AT_START = (0,)  # the position of `_append_one`'s batch in its data
 
 
 class AppendInfo(NamedTuple):
@@ -120,7 +119,7 @@ class AppendingLog(LogState):
             # records scanned and valid, uncompressed, CreateTime, no LogAppendTime: what
             # `validate_records` would find fine without a decode (and its BatchRecords
             # is built only if a timestamp looks out of range: `_append_one`)
-            if (scan is not None and scan[2] < 0 and not (cfg.compact and scan[3])
+            if (scan is not None and scan[2] < 0 and not (scan[3] and cfg.compact)
                     and scan[0] is not None and scan[1] is not None
                     and not header.compression and not header.timestamp_type
                     and not cfg.log_append_time):
@@ -200,7 +199,7 @@ class AppendingLog(LogState):
                 check_timestamps([header], now, cfg, records)
             head, last = stamp_header(buf, 0, self._segs.active.next_offset, leader_epoch)
             seg = self._maybe_roll(len(buf), last.max_timestamp, last.last_offset, now)
-            seg.append((head, buf[HEADER_SIZE:]), (last,), _AT_START)
+            seg.append_batch(head, buf[HEADER_SIZE:], last)
             # From here nothing may fail (see `_append`). A client's batch is never a
             # marker: it completes no transaction.
             psm.update(last, now)

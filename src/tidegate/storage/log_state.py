@@ -42,6 +42,7 @@ class LogState:
     _lock: threading.RLock
     _flush_mutex: threading.Lock  # serialises flushes; taken before `_lock`
     _config: LogConfig
+    syncs_every_write: bool  # flush.messages <= 1 (log.py)
     _clock: Clock
     _segs: SegmentList
     _producers: ProducerStateManager

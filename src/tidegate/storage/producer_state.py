@@ -133,6 +133,8 @@ class ProducerStateManager(ProducerSnapshots):
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest transaction that is open, or ended by a marker the
         high watermark has not passed yet (Kafka's ongoing + unreplicated): the LSO bound."""
+        if not self._unreplicated and not self._ongoing:  # no transactions: every append
+            return None
         firsts = [first for first, _ in self._unreplicated]
         if self._ongoing:
             firsts.append(min(self._ongoing.values()))

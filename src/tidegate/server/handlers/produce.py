@@ -48,7 +48,7 @@ from tidegate.protocol.produce_response import (
     TopicProduceResponse,
     response_class,
 )
-from tidegate.records.batch import MAGIC_V2
+from tidegate.records.batch import ATTRIBUTES_OFFSET, MAGIC_V2, TRANSACTIONAL_MASK
 from tidegate.server.authz import AclOperation as Op
 from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check
@@ -69,10 +69,7 @@ log = logging.getLogger(__name__)
 
 # where a batch's magic byte sits: after baseOffset, batchLength, partitionLeaderEpoch
 MAGIC_OFFSET = 16
-
-
-def _nothing() -> None:
-    pass
+TXN_BYTE = ATTRIBUTES_OFFSET + 1  # the attributes' low byte (int16, big-endian)
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -119,7 +116,6 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                   else ErrorCode.transactional_id_authorization_failed
                   if txn_id and not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
                   else None)
-    syncs_every_write = broker.replicas.syncs_every_write
     single_node = not broker.replicas.cluster
     wrote = False  # some batch was written: the log directory's space is not full
     for ti, topic in enumerate(req.topic_data):
@@ -169,15 +165,17 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 continue
             guard: object | None = None
             slot = slots.pop((ti, index), None) if slots else None
-            release = slot.release if slot is not None else _nothing
-            txn = transactional_producer(records)
+            # a plain batch is told by its attributes' low byte (`transactional_producer`)
+            txn = (transactional_producer(records) if len(records) <= TXN_BYTE
+                   or records[TXN_BYTE] & TRANSACTIONAL_MASK else None)
             if txn is not None and name:
                 code, guard = await verify_transactional(
                     broker, req, name, index, lg, txn, slot, implicit_add=ctx.api_version >= 12)
                 if code == ErrorCode.transaction_abortable and ctx.api_version < 12:
                     code = ErrorCode.invalid_txn_state  # clients before KIP-890 know this one
                 if code != ErrorCode.none:
-                    release()
+                    if slot is not None:
+                        slot.release()
                     log.warning("rejected transactional produce to %s-%d from %s (%s): %s",
                                 name, index, ctx.peer, ctx.client_id, code.name.upper())
                     answer(PartitionProduceResponse(index, code))
@@ -210,7 +208,8 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 answer(PartitionProduceResponse(index, ErrorCode.kafka_storage_error, str(e)))
                 continue
             finally:
-                release()  # the producer's next batch to this partition may go on
+                if slot is not None:
+                    slot.release()  # the producer's next batch to this partition may go on
             wrote = wrote or not info.duplicate  # a duplicate wrote nothing
             result = PartitionProduceResponse(index, ErrorCode.none, None, info.first_offset,
                                               info.log_append_time, info.log_start_offset)
@@ -222,7 +221,7 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 continue
             # (decided once per partition here, not again when the waits are registered)
             local = single_node and replica.leadership is None
-            every_write = syncs_every_write(lg)
+            every_write = lg.syncs_every_write  # (ReplicaManager.syncs_every_write)
             if not local or every_write:
                 waits.append((result, replica, info.last_offset + 1, local and every_write))
     # Every append is done (or refused): free the slots of batches never tried, then the
