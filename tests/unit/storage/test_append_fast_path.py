@@ -6,6 +6,7 @@ turned off (`check_produce_batch` answering None sends every append the general 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tidegate.records.batch import NO_SEQUENCE
 from tidegate.records.builder import build_batch
 from tidegate.records.compression import Codec
 from tidegate.storage import log_append
+from tidegate.storage import segment as segment_module
 from tidegate.storage.config import LogConfig
 from tidegate.storage.log import Log
 
@@ -136,4 +138,28 @@ def test_advance_hw_moves_the_high_watermark_with_the_append(tmp_path: Path) -> 
     assert lg.high_watermark == 0
     lg.append(batch(2), single_batch=True, advance_hw=True)
     assert (lg.high_watermark, lg.last_stable_offset) == (5, 5)
+    lg.close()
+
+
+def test_a_short_write_of_one_batch_is_written_again_whole(tmp_path: Path) -> None:
+    """`LogSegment.append_batch`: pwritev may write less than asked; the batch is then
+    written whole by `append` (from where it began), and the segment's size counts it
+    once."""
+    real = os.pwritev
+    calls: list[int] = []
+
+    def short(fd: int, pieces: list[memoryview], pos: int) -> int:
+        total = sum(len(p) for p in pieces)
+        calls.append(total)
+        return real(fd, [memoryview(b"".join(pieces))[: max(1, total // 3)]], pos)
+
+    lg = open_log(tmp_path, LogConfig())
+    data = batch(6, value_size=200, tag=4)
+    with mock.patch.object(segment_module.os, "pwritev", short):
+        info = lg.append(data, single_batch=True)
+    assert len(calls) > 2 and info.first_offset == 0
+    lg.append(batch(1, tag=5), single_batch=True)
+    (h, raw), (h2, _) = all_batches(lg)
+    assert raw[8:] == data[8:] and (h.base_offset, h2.base_offset) == (0, 6)
+    assert lg.segments[-1].size == len(data) + h2.size
     lg.close()
