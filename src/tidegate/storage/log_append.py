@@ -15,6 +15,14 @@ closing transactions; an aborted one's `.txnindex` entry goes to the marker's se
 records): framing checked, producer epochs (and a marker's coordinator epoch) checked,
 no client rules.
 
+A Produce's usual partition data, one whole uncompressed CreateTime batch
+(`single_batch`), takes `_append_one`: checked in one step
+(`validation.check_produce_batch`), the same steps in the same order without the
+general path's lists and loops, the timestamps decided inline when all are in range
+(`check_timestamps` decides otherwise), and with `advance_hw` the high watermark moved
+in the same hold of the lock. A Produce over 1,000 partitions makes 1,000 appends:
+these layers were most of its CPU (docs/benchmarks.md).
+
 An append is all or nothing: it is the producer-state invariant of `log`'s module
 docstring, kept by doing everything that can fail (validation, the roll, the `.log`
 write) before anything that cannot be undone. A mixin of `Log` (storage/log_state.py
