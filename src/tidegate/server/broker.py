@@ -135,7 +135,7 @@ class Broker:
     # (kept here for callers not yet moved to `replicas.leader(...)` / `Partition`)
 
     def syncs_every_write(self, lg: Log) -> bool:
-        return self.replicas.syncs_every_write(lg)
+        return lg.syncs_every_write
 
     def after_append(self, topic: str, partition: int, lg: Log) -> None:
         """Called after each append: advance HW now, or once the data is fsynced."""

@@ -177,7 +177,7 @@ class CoordinatorShell(ShellLoading[S]):
     def _may_defer(self, outcome: Outcome[R]) -> bool:
         replicas = self.broker.replicas
         return (not outcome.result.replies and not replicas.cluster
-                and replicas.syncs_every_write(outcome.log))
+                and outcome.log.syncs_every_write)
 
     def _deferred_finish(self, token: int) -> None:
         """`defer_flush_s` has passed: the durability wait of `run(..., before_durable)`.

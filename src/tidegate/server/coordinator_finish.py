@@ -130,7 +130,7 @@ class ShellFinishing(Generic[S]):
         one-record transaction (AddPartitionsToTxn, CompleteCommit)."""
         replicas = self.broker.replicas
         lg = outcome.log
-        if replicas.cluster or not replicas.syncs_every_write(lg):
+        if replicas.cluster or not lg.syncs_every_write:
             self._background(self._finish_quietly(partition, outcome, told=told))
             return
         if not told:

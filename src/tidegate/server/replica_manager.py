@@ -165,7 +165,7 @@ class ReplicaManager:
                 lg, self.logs.clock, leader_id=self.logs.node_id, leader_epoch=leader_epoch,
                 replicas=replicas or (self.logs.node_id,), isr=isr or (self.logs.node_id,),
                 zk_version=zk_version, controller_epoch=controller_epoch,
-                durable_position=self.syncs_every_write(lg))
+                durable_position=lg.syncs_every_write)
         log.info("%s-%d: now leader at epoch %d (was %s), ISR %s", topic, index, leader_epoch,
                  was, list(isr))
         self._notify(part.tp)  # fetches waiting as the old role must re-check
@@ -228,19 +228,8 @@ class ReplicaManager:
 
     # -- the high watermark ---------------------------------------------------------
 
-    @staticmethod
-    def syncs_every_write(lg: Log) -> bool:
-        return lg.syncs_every_write
-
-    def append_moves_hw(self, lg: Log) -> bool:
-        """Whether an append to `lg` moves its high watermark itself (`Log.append(
-        advance_hw=True)`): on one node under a relaxed flush policy, where
-        `after_append` would move it to the new log end at once."""
-        return not self.cluster and not lg.syncs_every_write
-
     def after_append(self, part: Partition, *, moved_hw: bool = False) -> None:
-        """Called after each append: advance the HW now, or once the data is fsynced.
-        `moved_hw`: the append moved it already (`append_moves_hw`)."""
+        """After an append: the HW now, or once fsynced; `moved_hw`: the append moved it."""
         lg = part.log
         self._by_log[id(lg)] = part
         if moved_hw:
@@ -262,7 +251,7 @@ class ReplicaManager:
             if code != ErrorCode.none:
                 raise KafkaError(f"{part.topic}-{part.index}: {code.name}", code=code)
             return
-        if self.syncs_every_write(lg):
+        if lg.syncs_every_write:
             await self.group_commit.wait_durable(lg, offset)
             # The flush raises the recovery point in its worker thread; the flusher moves
             # the high watermark on the loop a moment later. A waiter that found the
@@ -306,7 +295,7 @@ class ReplicaManager:
 
     async def wait_local_durable(self, lg: Log, offset: int) -> None:
         """Durable in this broker's log (acks=1 in a cluster; a follower's fetched data)."""
-        if self.syncs_every_write(lg):
+        if lg.syncs_every_write:
             await self.group_commit.wait_durable(lg, offset)
             part = self._by_log.get(id(lg))
             if part is None or part.leadership is None:
@@ -320,19 +309,17 @@ class ReplicaManager:
             self._advance_hw(target, recovery_point)
 
     def _advance_hw(self, lg: Log, hw: int) -> None:
+        part = self._by_log.get(id(lg))
         if self.cluster:
             # a leader's HW is the ISR's (Leadership); a follower's comes from its leader
-            part = self._by_log.get(id(lg))
             if (part is not None and part.leadership is not None
                     and part.leadership.on_leader_progress()):
                 self._notify(part.tp)
             return
         # clamps to the log end; also moves the LSO. No fetch long-polling: nothing to
         # wake (a flush round ends here once per log: no tuple and call per log then)
-        if lg.update_high_watermark(hw) and self._watchers:
-            part = self._by_log.get(id(lg))
-            if part is not None:
-                self._notify(part.tp)
+        if lg.update_high_watermark(hw) and part is not None and self._watchers:
+            self._notify(part.tp)
 
     # -- ISR changes (cluster) --------------------------------------------------------
 

@@ -221,7 +221,7 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 continue
             # (decided once per partition here, not again when the waits are registered)
             local = single_node and replica.leadership is None
-            every_write = lg.syncs_every_write  # (ReplicaManager.syncs_every_write)
+            every_write = lg.syncs_every_write
             if not local or every_write:
                 waits.append((result, replica, info.last_offset + 1, local and every_write))
     # Every append is done (or refused): free the slots of batches never tried, then the
