@@ -173,6 +173,7 @@ bench: install
 	$(BIN)/python bench/load_sweep.py
 	$(BIN)/python bench/produce_requests.py
 	$(BIN)/python bench/frame_assembler.py
+	$(BIN)/python bench/produce_inproc.py
 	$(BIN)/python bench/transactions_client.py
 	$(BIN)/python bench/groups.py
 	$(BIN)/python bench/security.py

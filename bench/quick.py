@@ -61,6 +61,7 @@ BENCHES: list[tuple[str, list[str]]] = [
                       "--scrapes", "3"]),
     ("records", ["--per-record-only"]),
     ("frame_assembler", ["--frames", "800", "--rounds", "3"]),
+    ("produce_inproc", ["--partitions", "1,100", "--rounds", "3", "--pairs", "1"]),
     ("embedded_start", ["--rounds", "1"]),
     ("patterns", ["--quick"]),
     ("cluster", ["--quick"]),

@@ -149,3 +149,15 @@ def test_frame_assembler_bench_tiny() -> None:
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(row)), None)
         assert line is not None and re.search(r"\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+$", line), \
             proc.stdout
+
+
+def test_produce_inproc_bench_tiny() -> None:
+    """bench/produce_inproc.py at a tiny size: the floor and this tree's row print."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "produce_inproc.py"),
+                           "--partitions", "10", "--rounds", "1", "--pairs", "1"],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for row in ("pwritev per partition (the floor)", "this tree"):
+        line = next((ln for ln in proc.stdout.splitlines() if row in ln), None)
+        assert line is not None and re.search(r"\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+$", line), \
+            proc.stdout
