@@ -47,17 +47,7 @@ def run(args: argparse.Namespace) -> int:
     except KafkaError as e:
         print(f"tidegate serve: configuration error: {e}", file=sys.stderr)
         return 2
-    from tidegate.storage.config import BROKER_SYNONYMS
-
-    topic_defaults = {name for synonyms in BROKER_SYNONYMS.values() for name, _ in synonyms}
-    for key in config.unknown_keys():
-        if key in topic_defaults:  # a broker-level default of a topic config (Kafka's name)
-            continue
-        logging.getLogger("tidegate.server").warning(
-            "config %s is not a broker setting Tidegate knows; it is kept as a topic default "
-            "if it is one",
-            key,
-        )
+    warn_unknown_keys(config)
 
     from tidegate.common.listeners import parse_protocol_map
     from tidegate.common.security_config import listener_security
@@ -99,6 +89,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"tidegate serve: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def warn_unknown_keys(config: BrokerConfig) -> None:
+    """One warning per key of the broker's properties Tidegate does not know: a typo, or
+    one Kafka 4 removed (said so)."""
+    from tidegate.storage.config import BROKER_SYNONYMS, REMOVED_TOPIC_KEYS
+
+    topic_defaults = {name for synonyms in BROKER_SYNONYMS.values() for name, _ in synonyms}
+    removed = {f"log.{key}" for key in REMOVED_TOPIC_KEYS}
+    for key in config.unknown_keys():
+        if key in topic_defaults:  # a broker-level default of a topic config (Kafka's name)
+            continue
+        if key in removed:
+            logging.getLogger("tidegate.server").warning(
+                "config %s was removed in Kafka 4 (and Tidegate follows): it has no effect; "
+                "remove it from the broker's properties", key)
+            continue
+        logging.getLogger("tidegate.server").warning(
+            "config %s is not a broker setting Tidegate knows; it is kept as a topic default "
+            "if it is one",
+            key,
+        )
 
 
 def _console_routes(config: BrokerConfig, bound: list[tuple[str, int]]

@@ -56,6 +56,7 @@ __all__ = [
     "check_alterable",
     "check_elr_min_isr",
     "is_sensitive",
+    "is_unknown",
     "parse_dynamic",
 ]
 
@@ -248,6 +249,11 @@ def parse_dynamic(name: str, value: str) -> None:
 def _known(base: str) -> bool:
     return (base in DYNAMIC_KEYS or base in BROKER_KEYS or base in SYNONYM_KEYS
             or base in KAFKA_STATIC_KEYS)
+
+
+def is_unknown(name: str) -> bool:
+    """A key neither Kafka nor Tidegate knows: stored and described, used for nothing."""
+    return not _known(base_name(name))
 
 
 def is_sensitive(name: str) -> bool:

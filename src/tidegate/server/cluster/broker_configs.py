@@ -34,7 +34,7 @@ from tidegate.replication.znodes_admin import decode_entity_config
 from tidegate.server.cluster.config_changes import ConfigChangeWatcher, alter_entity_config
 from tidegate.server.cluster.errors import ZkError
 from tidegate.server.cluster.zk import ZkClient
-from tidegate.server.dynamic_config import ELR_CLUSTER_KEYS, parse_dynamic
+from tidegate.server.dynamic_config import ELR_CLUSTER_KEYS, is_unknown, parse_dynamic
 from tidegate.server.dynamic_store import ConfigChange, DynamicConfigs
 
 __all__ = ["ZkBrokerConfigs", "broker_config_entity"]
@@ -136,8 +136,12 @@ class ZkBrokerConfigs(ConfigChangeWatcher):
             try:
                 parse_dynamic(key, value)
             except KeyError:
-                self.say_once((path, key), f"{path}: ignoring {key} (not a dynamic broker config)")
-                continue
+                if not is_unknown(key):  # a static key of Kafka's or Tidegate's
+                    self.say_once((path, key),
+                                  f"{path}: ignoring {key} (not a dynamic broker config)")
+                    continue
+                # a key nobody knows: kept and described (sensitive), used for nothing,
+                # as the embedded broker and Kafka 4.1 keep it
             except (KafkaError, ValueError) as e:
                 self.say_once((path, key, value), f"{path}: ignoring {key}={value!r}: {e}")
                 continue
