@@ -61,9 +61,19 @@ async def _await_leaders(broker: Broker, made: dict[str, tuple[int, int]],
         await asyncio.sleep(min(_LEADER_POLL_S, max(0.0, deadline - loop.time())))
 
 
-def _timed_out(out: dict[str, Any], what: str) -> None:
-    out["error_code"] = ErrorCode.request_timed_out
-    out["error_message"] = f"{what} was not completed within the timeout"
+async def _time_out_leaderless(broker: Broker, made: dict[str, tuple[int, int]],
+                               timeout_ms: int, results: list[dict[str, Any]],
+                               what: str) -> None:
+    """With a timeout, answer once every partition made has a leader (Kafka's
+    DelayedCreatePartitions); a topic still without one is REQUEST_TIMED_OUT ("`what`
+    <name> was not completed within the timeout"), its partitions kept."""
+    if not made or timeout_ms <= 0:
+        return
+    late = await _await_leaders(broker, made, timeout_ms)
+    for out in results:
+        if out["name"] in late and out["error_code"] == 0:
+            out["error_code"] = ErrorCode.request_timed_out
+            out["error_message"] = f"{what} {out['name']} was not completed within the timeout"
 
 
 def _assignment(assignments: Any) -> dict[int, list[int]]:
@@ -156,12 +166,8 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             # Kafka answers a duplicate with an empty config list, other errors with null
             out["configs"] = None if ctx.api_version >= 5 and name not in duplicates else []
         results.append(out)
-    timeout = ms(req.timeout)
-    if made and timeout > 0:
-        late = await _await_leaders(broker, made, timeout)
-        for out in results:
-            if out["name"] in late and out["error_code"] == 0:
-                _timed_out(out, f"Creation of topic {out['name']}")
+    await _time_out_leaderless(broker, made, ms(req.timeout), results,
+                               "Creation of topic")
     return build(ctx.response_class, {"throttle_time": 0, "topics": results})
 
 
@@ -236,12 +242,8 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
         except KafkaError as e:
             out["error_code"], out["error_message"] = error_fields(e)
         results.append(out)
-    timeout = ms(req.timeout)
-    if made and timeout > 0:
-        late = await _await_leaders(broker, made, timeout)
-        for out in results:
-            if out["name"] in late and out["error_code"] == 0:
-                _timed_out(out, f"Adding partitions to topic {out['name']}")
+    await _time_out_leaderless(broker, made, ms(req.timeout), results,
+                               "Adding partitions to topic")
     return build(ctx.response_class, {"throttle_time": 0, "results": results})
 
 
