@@ -279,17 +279,24 @@ class MetadataWatcher(WatchLoop):
         if old is not None and old.topic_id != assignment.topic_id:
             changed |= {(name, p) for p in assignment.partitions}
         to_read = [(name, p) for p in assignment.partitions] if all_states else sorted(changed)
-        for tp, vs in zip(to_read, await asyncio.gather(
-                *(self.reads.state(tp, self._watch(("state", *tp))) for tp in to_read))):
-            if vs is None:
-                # not written yet: watch for its creation; it may have appeared since the
-                # read (then the watch is on its data, so read it now)
-                watch = self._watch(("state", *tp))
-                if await self.zk.exists(partition_state_path(*tp), watch) is not None:
-                    vs = await self.reads.state(tp, watch)
-            if self.md.set_state(tp, vs):
+        got = await asyncio.gather(
+            *(self.reads.state(tp, self._watch(("state", *tp))) for tp in to_read))
+        # a new topic's states are not written yet: watch for their creation, all at once
+        absent = [tp for tp, vs in zip(to_read, got, strict=True) if vs is None]
+        late = dict(zip(absent, await asyncio.gather(*(self._state_once_created(tp)
+                                                        for tp in absent)), strict=True))
+        for tp, vs in zip(to_read, got, strict=True):
+            if self.md.set_state(tp, late.get(tp) if vs is None else vs):
                 changed.add(tp)
         return changed
+
+    async def _state_once_created(self, tp: TopicPartition) -> VersionedState | None:
+        """Arm a watch for the creation of `tp`'s state znode; it may have appeared since
+        the read (then the watch is on its data, so read it now)."""
+        watch = self._watch(("state", *tp))
+        if await self.zk.exists(partition_state_path(*tp), watch) is not None:
+            return await self.reads.state(tp, watch)
+        return None
 
     def _change(self, tp: TopicPartition) -> PartitionChange:
         assignment = self.md.topics.get(tp[0])
