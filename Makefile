@@ -179,6 +179,7 @@ bench: install
 	$(BIN)/python bench/security.py
 	$(BIN)/python bench/spark.py
 	$(BIN)/python bench/cluster.py
+	$(BIN)/python bench/cluster_takeup.py
 
 # Every bench at a small size (bench/quick.py), each table printed, one Kafka peer
 # (flush=1) shared by all: a change's effect in under two minutes, before it lands.
