@@ -154,49 +154,49 @@ def legacy_alter_configs(rtype: int, name: str, configs: dict[str, str],
                      "validate_only": validate_only})
 
 
-def _wait_deletable(topic: str, timeout: float = 15.0) -> Callable[[RawClient, Any], None]:
-    """After altering cleanup.policy to include delete: wait until a no-op DeleteRecords
-    (offset 0) on partition 0 is no longer refused. Kafka applies a topic's new config to
-    its logs after it answers (the metadata publisher runs later); Tidegate before."""
+def _wait_until(what: str, api: int, version: int, request: dict[str, Any],
+                done: Callable[[Any], bool], timeout: float = 15.0
+                ) -> Callable[[RawClient, Any], None]:
+    """A settle step: repeat request (`api`, `version`) until `done(response)`, or raise
+    TimeoutError after `timeout` s naming `what` and the last response. Kafka 4 applies
+    some changes after answering (its broker's metadata publisher, its transaction
+    markers run later); Tidegate before: the next step compares once both have."""
 
     def settle(client: RawClient, _: Any) -> None:
         deadline = time.monotonic() + timeout
-        while True:
-            r = client.call(21, 2, {"topics": [{"name": topic, "partitions": [
-                {"partition_index": 0, "offset": 0}]}], "timeout": 5000})
-            if r.topics[0].partitions[0].error_code == 0:
-                return
+        while not done(r := client.call(api, version, request)):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}: DeleteRecords still refused: {r}")
+                raise TimeoutError(f"{what}: {r}")
             time.sleep(0.05)
 
     return settle
 
 
-def _wait_config(rtype: int, resource: str, key: str, listed: bool, value: str | None = None,
-                 timeout: float = 15.0) -> Callable[[RawClient, Any], None]:
-    """After an alter: wait until DescribeConfigs lists `key` (or not), with `value` if
-    one is given (a sensitive config's is never shown). Kafka's broker applies a config
-    change after the controller answers (its metadata publisher runs later); Tidegate
-    before answering. Earlier alters of the same resource are applied in order, so they
-    are in too."""
+def _wait_deletable(topic: str) -> Callable[[RawClient, Any], None]:
+    """After altering cleanup.policy to include delete: until a no-op DeleteRecords
+    (offset 0) on partition 0 is no longer refused."""
+    return _wait_until(
+        f"{topic}: DeleteRecords still refused", 21, 2,
+        {"topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 0}]}],
+         "timeout": 5000},
+        lambda r: r.topics[0].partitions[0].error_code == 0)
 
-    def settle(client: RawClient, _: Any) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            r = client.call(32, 4, {"resources": [{"resource_type": rtype,
-                                                   "resource_name": resource,
-                                                   "configuration_keys": [key]}],
-                                    "include_synonyms": False,
-                                    "include_documentation": False})
-            shown = [c.value for c in r.results[0].configs]
-            if bool(shown) == listed and (value is None or shown == [value]):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{resource} {key}: not yet {listed}/{value}: {r}")
-            time.sleep(0.05)
 
-    return settle
+def _wait_config(rtype: int, resource: str, key: str, listed: bool, value: str | None = None
+                 ) -> Callable[[RawClient, Any], None]:
+    """After an alter: until DescribeConfigs lists `key` (or not), with `value` if one is
+    given (a sensitive config's is never shown). Earlier alters of the same resource are
+    applied in order, so they are in too."""
+
+    def done(r: Any) -> bool:
+        shown = [c.value for c in r.results[0].configs]
+        return bool(shown) == listed and (value is None or shown == [value])
+
+    return _wait_until(
+        f"{resource} {key}: not yet {listed}/{value}", 32, 4,
+        {"resources": [{"resource_type": rtype, "resource_name": resource,
+                        "configuration_keys": [key]}],
+         "include_synonyms": False, "include_documentation": False}, done)
 
 
 def _configs_by_name(r: Any) -> Any:
@@ -258,22 +258,14 @@ def _describe_producers(topic: str) -> Step:
     return Step(61, {"topics": [{"name": topic, "partition_indexes": [0]}]}, view=view)
 
 
-def _wait_txn_ended(topic: str, timeout: float = 15.0) -> Callable[[RawClient, Any], None]:
-    """After EndTxn: wait until partition 0 has no open transaction (Kafka writes the
-    markers after it answers)."""
-
-    def settle(client: RawClient, _: Any) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            r = client.call(61, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]})
-            producers = r.topics[0].partitions[0].active_producers
-            if all(int(s.current_txn_start_offset) == -1 for s in producers):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}: transaction still open: {r}")
-            time.sleep(0.05)
-
-    return settle
+def _wait_txn_ended(topic: str) -> Callable[[RawClient, Any], None]:
+    """After EndTxn: until partition 0 has no open transaction (Kafka writes the markers
+    after it answers)."""
+    return _wait_until(
+        f"{topic}: transaction still open", 61, 0,
+        {"topics": [{"name": topic, "partition_indexes": [0]}]},
+        lambda r: all(int(s.current_txn_start_offset) == -1
+                      for s in r.topics[0].partitions[0].active_producers))
 
 
 def _txn_then_end(txn: str, topic: str, commit: bool) -> list[Step]:
