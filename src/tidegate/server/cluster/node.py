@@ -53,10 +53,22 @@ from tidegate.server.cluster.zk import ZkClient
 from tidegate.server.partition import Partition
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.storage.log import remove_deleted_dir
+from tidegate.storage.log_manager import LogManager
 
-__all__ = ["ClusterNode", "ClusterStartError"]
+__all__ = ["ClusterNode", "ClusterStartError", "is_new_replica"]
 
 log = logging.getLogger(__name__)
+
+
+def is_new_replica(node_id: int, logs: LogManager, change: PartitionChange) -> bool:
+    """Whether `change` gives broker `node_id` a replica it must open (create): assigned
+    here, of a topic with an id, and no log here for the partition, or the log of an
+    older topic of the same name (another id). The batch (`_open_new_replicas`) and the
+    one-by-one path (`_apply_one`) both open exactly these."""
+    if node_id not in change.assignment or change.topic_id is None:
+        return False
+    topic, index = change.tp
+    return logs.get_log(topic, index) is None or logs.topics[topic].topic_id != change.topic_id
 
 
 class ClusterStartError(KafkaError):
@@ -244,11 +256,8 @@ class ClusterNode:
         assert replicas is not None and md is not None
         new: dict[str, list[PartitionChange]] = {}
         for change in changes:
-            topic, index = change.tp
-            if self.node_id in change.assignment and change.topic_id is not None and (
-                    replicas.logs.get_log(topic, index) is None
-                    or replicas.logs.topics[topic].topic_id != change.topic_id):
-                new.setdefault(topic, []).append(change)
+            if is_new_replica(self.node_id, replicas.logs, change):
+                new.setdefault(change.tp[0], []).append(change)
         reads = self.watcher.reads if self.watcher else None
         loop = asyncio.get_running_loop()
         for topic, todo in new.items():
@@ -273,8 +282,7 @@ class ClusterNode:
                 log.info("%s-%d: no longer assigned here; deleting the replica", topic, index)
                 self._remove_files(f"{topic}-{index}", replicas.stop_replica(topic, index))
             return
-        if replicas.logs.get_log(topic, index) is None or (
-                replicas.logs.topics[topic].topic_id != change.topic_id):
+        if is_new_replica(self.node_id, replicas.logs, change):
             reads = self.watcher.reads if self.watcher else None
             configs = {} if reads is None else usable_topic_config(
                 topic, await reads.topic_config(topic), reads.say_once)
