@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,9 @@ def raws(cluster: Cluster) -> Iterator[dict[int, RawClient]]:
 
 
 def _create(raw: RawClient, name: str, assignment: list[int] | None = None,
-            factor: int = 1, timeout: int = 0, partitions: int = 1) -> None:
+            factor: int = 1, timeout: int = 0, partitions: int = 1) -> uuid.UUID:
     """CreateTopics; with the default timeout 0 answered as soon as ZooKeeper has the
-    topic (as Kafka does), before any broker's cache can have it."""
+    topic (as Kafka does), before any broker's cache can have it. Returns its id."""
     topic: dict[str, Any] = {"name": name, "num_partitions": partitions,
                              "replication_factor": factor, "assignments": [], "configs": []}
     if assignment is not None:
@@ -49,6 +50,7 @@ def _create(raw: RawClient, name: str, assignment: list[int] | None = None,
             {"partition_index": 0, "broker_ids": assignment}])
     r = raw.call(19, 7, {"topics": [topic], "timeout": timeout})
     assert r.topics[0].error_code.value == 0, r
+    return uuid.UUID(str(r.topics[0].topic_id))
 
 
 def _commit(raw: RawClient, group: str, name: str) -> str:
@@ -103,6 +105,38 @@ def test_offset_commit_right_after_create(
         if code != "none":
             failures.append((name, code))
     assert not failures
+
+
+def test_topics_named_by_id_right_after_create(
+        cluster: Cluster, raws: dict[int, RawClient]) -> None:
+    """A topic named by its id (the CreateTopics answer's) at once through other brokers:
+    OffsetCommit v10 and OffsetFetch v10 to the group's coordinator, DeleteTopics v6
+    through the third broker. A cache lacking the id is backed by ZooKeeper; before, each
+    answered UNKNOWN_TOPIC_ID, which an admin call or a commit does not retry."""
+    group = f"lag-id-{uuid.uuid4().hex[:6]}"
+    coordinator = _coordinator(raws, group)
+    creator = 1 if coordinator != 1 else 2
+    third = next(b for b in raws if b not in (creator, coordinator))
+    failures = []
+    for i in range(ROUNDS):
+        topic_id = _create(raws[creator], f"lag-idc-{i}-{uuid.uuid4().hex[:6]}", factor=3)
+        r = raws[coordinator].call(8, 10, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition_index": 0, "committed_offset": 0}]}]})
+        failures.append(("OffsetCommit", r.topics[0].partitions[0].error_code.name))
+        topic_id = _create(raws[creator], f"lag-idf-{i}-{uuid.uuid4().hex[:6]}", factor=3)
+        r = raws[coordinator].call(9, 10, {"groups": [{
+            "group_id": group, "member_id": None, "member_epoch": -1,
+            "topics": [{"topic_id": topic_id, "partition_indexes": [0]}]}],
+            "require_stable": False})
+        failures.append(("OffsetFetch", r.groups[0].topics[0].partitions[0].error_code.name))
+        topic_id = _create(raws[creator], f"lag-idd-{i}-{uuid.uuid4().hex[:6]}")
+        r = raws[third].call(20, 6, {"topics": [{"name": None, "topic_id": topic_id}],
+                                     "timeout": 10000})
+        failures.append(("DeleteTopics", r.responses[0].error_code.name))
+    refused = Counter(f for f in failures if f[1] != "none")
+    assert not refused, refused
 
 
 def test_delete_topic_through_another_broker_at_once(

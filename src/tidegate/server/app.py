@@ -142,9 +142,10 @@ class BrokerApp:
         assert self.cluster is not None
         cluster_id = await self.cluster.prepare()
         self.broker.logs.adopt_cluster_id(cluster_id)
-        self.broker.metadata = self.cluster.make_metadata()
+        md = self.broker.metadata = self.cluster.make_metadata()
         rf = self.config.get_int("default.replication.factor", 1) or 1
-        self.broker.topic_admin = ClusterTopicAdmin(self.cluster.zk, rf)
+        self.broker.topic_admin = ClusterTopicAdmin(self.cluster.zk, rf,
+                                                    cached=md.topics)
         self.broker.cluster_admin = ClusterNodeAdmin(self.cluster)  # the controller's ops
         register_cluster_apis(self.broker.dispatcher)  # ControlledShutdown
         # client quotas: /config/users, /config/clients and their change notifications

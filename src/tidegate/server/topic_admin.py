@@ -11,12 +11,13 @@ the `TopicAdmin` port; they never touch the `LogManager` or ZooKeeper themselves
   (CreateTopics and CreatePartitions with a timeout wait for the leaders in the
   handler, handlers/admin.py, as Kafka's broker does).
 
-`find_topic` reads the same truth the writes go to. A cluster broker's metadata cache
-follows ZooKeeper a few milliseconds late, and clients use a topic through any broker
-right after creating it through one: handlers whose answer is only "does the topic (or
-partition) exist" ask `find_topic` when their cache says no (handlers/common.py's
-`known_topic`), and CreatePartitions counts the partitions it extends from the znode it
-rewrites, as Kafka's ZooKeeper-mode broker does.
+`find_topic` (by name) and `find_topic_ids` (by id) read the same truth the writes go
+to. A cluster broker's metadata cache follows ZooKeeper a few milliseconds late, and
+clients use a topic through any broker right after creating it through one: handlers
+whose answer is only "does the topic (or partition) exist" ask the port when their cache
+says no (handlers/common.py's `partition_counts` and `topic_names`), and
+CreatePartitions counts the partitions it extends from the znode it rewrites, as
+Kafka's ZooKeeper-mode broker does.
 
 Topic config overrides (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs on a
 topic) go through the same port: embedded, the local topics file; in a cluster,
@@ -30,7 +31,7 @@ handlers; each implementation checks what only it knows (live brokers, replicati
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from tidegate.common.errors import (
@@ -82,6 +83,11 @@ class TopicAdmin(Protocol):
 
     async def find_topic(self, name: str) -> FoundTopic | None:
         """Topic `name` at the source of truth, not a cache (None: no such topic)."""
+        ...
+
+    async def find_topic_ids(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The names of the topics with these ids at the source of truth, for the ids a
+        cache lacks (an id no topic has is left out)."""
         ...
 
     async def topic_config(self, name: str) -> dict[str, str]:
@@ -177,6 +183,10 @@ class EmbeddedTopicAdmin:
     async def find_topic(self, name: str) -> FoundTopic | None:
         meta = self.broker.logs.topics.get(name)
         return None if meta is None else FoundTopic(meta.topic_id, meta.partitions)
+
+    async def find_topic_ids(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+        logs = self.broker.logs
+        return {i: meta.name for i in ids if (meta := logs.topic_by_id(i)) is not None}
 
     async def topic_config(self, name: str) -> dict[str, str]:
         meta = self.broker.logs.topics.get(name)

@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 
 from tidegate.common.errors import (
     InvalidPartitionsError,
@@ -37,6 +38,7 @@ from tidegate.replication.assignment import (
 from tidegate.replication.zk_ops import Create, SetData, ZkOp
 from tidegate.replication.znodes import (
     BROKER_IDS,
+    TOPICS,
     BrokerInfo,
     MalformedZnodeError,
     TopicAssignment,
@@ -56,6 +58,14 @@ log = logging.getLogger(__name__)
 # find_topic backs up a cache that said "no": a ZooKeeper that does not answer by then
 # leaves that answer standing rather than holding the request
 FIND_TIMEOUT_S = 5.0
+# find_topic_ids lists /brokers/topics and reads the znodes of the topics the cache does
+# not know (a few, the ones created in the last milliseconds, once the cache is in
+# sync): at most this many per lookup
+FIND_IDS_MAX_READS = 64
+# an id found nowhere is not looked for again for this long (ids are never reused; a
+# client repeating a wrong one costs one listing per interval), nor are more remembered
+ID_MISS_TTL_S = 2.0
+ID_MISSES_MAX = 1024
 
 __all__ = [
     "ClusterTopicAdmin",
@@ -180,9 +190,12 @@ async def add_partitions_in_zk(
 class ClusterTopicAdmin:
     """The `TopicAdmin` port (server/topic_admin.py) of a cluster: ZooKeeper writes."""
 
-    def __init__(self, zk: ZkClient, default_replication_factor: int) -> None:
+    def __init__(self, zk: ZkClient, default_replication_factor: int,
+                 cached: Container[str] = ()) -> None:
         self.zk = zk
         self.default_replication_factor = default_replication_factor
+        self.cached = cached  # the topics the metadata cache has: their ids are known
+        self._misses: dict[uuid.UUID, float] = {}  # id -> not looked for until then
 
     def check_replication(self, factor: int, assignments: Sequence[Sequence[int]]) -> None:
         if factor == 0 or factor < -1:
@@ -231,6 +244,42 @@ class ClusterTopicAdmin:
         if topic.topic_id is None:
             return None  # the cache does not show a topic without an id either
         return FoundTopic(topic.topic_id, len(topic.partitions))
+
+    async def find_topic_ids(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """Ids the metadata cache lacks, looked for among the topic znodes of the topics
+        it does not know (a topic created through another broker moments ago): one
+        listing of /brokers/topics and up to FIND_IDS_MAX_READS znode reads side by side,
+        within FIND_TIMEOUT_S (else nothing is found). An id found nowhere is not looked
+        for again for ID_MISS_TTL_S. A topic deleted and recreated under a name the
+        cache still holds with the old id is not found until the cache has it."""
+        now = time.monotonic()
+        wanted = {i for i in ids if self._misses.get(i, 0.0) <= now}
+        if not wanted:
+            return {}
+        try:
+            async with asyncio.timeout(FIND_TIMEOUT_S):
+                names = [n for n in await self.zk.get_children(TOPICS) if n not in self.cached]
+                if len(names) > FIND_IDS_MAX_READS:
+                    log.info("looking up topic ids: %d topics not in the metadata cache; "
+                             "reading %d", len(names), FIND_IDS_MAX_READS)
+                    names = names[:FIND_IDS_MAX_READS]
+                found = await asyncio.gather(*map(self._topic_id, names))
+        except (ZkError, TimeoutError) as e:
+            log.warning("could not look up topic ids in ZooKeeper: %s", e or "timed out")
+            return {}
+        out = {i: name for name, i in zip(names, found, strict=True) if i in wanted}
+        if len(self._misses) >= ID_MISSES_MAX:
+            self._misses = {i: t for i, t in self._misses.items() if t > now}
+        if len(self._misses) < ID_MISSES_MAX:
+            self._misses.update(dict.fromkeys(wanted - out.keys(), now + ID_MISS_TTL_S))
+        return out
+
+    async def _topic_id(self, name: str) -> uuid.UUID | None:
+        try:
+            data, _ = await self.zk.get(topic_path(name))
+            return TopicAssignment.decode(name, data).topic_id
+        except (NoNodeError, MalformedZnodeError):
+            return None  # deleted meanwhile; malformed: as the metadata cache sees it
 
     async def topic_config(self, name: str) -> dict[str, str]:
         return await read_topic_config(self.zk, name)

@@ -7,7 +7,8 @@ the controller elects the leaders. A topic still without leaders at the timeout 
 answered REQUEST_TIMED_OUT (it is created all the same), as in Kafka. The other brokers
 follow the same ZooKeeper znodes, so by then they know the topic too, or within
 milliseconds (handlers that only ask whether a topic exists ask ZooKeeper when their
-cache says no: handlers/common.py's `partition_count`).
+cache says no: handlers/common.py's `partition_counts` and, for DeleteTopics v6 by id,
+`topic_names`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
-from tidegate.server.handlers.common import ZERO_UUID, error_fields
+from tidegate.server.handlers.common import ZERO_UUID, error_fields, topic_names
 from tidegate.server.handlers.configs import describe_topic_configs
 from tidegate.server.handlers.metadata import brokers_payload
 from tidegate.server.handlers.operations import cluster_ops_field
@@ -177,6 +178,11 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
         targets = [(view(t, "name"), view(t, "topic_id")) for t in req.topics]
     else:
         targets = [(str(n), None) for n in req.topic_names]
+    enabled = broker.config.get_bool("delete.topic.enable")
+    # topics named by id (v6+): the metadata view's names, else the topic admin's truth
+    # (in a cluster the view may lack a topic created through another broker moments ago)
+    by_id = await topic_names(broker, [i for n, i in targets if not n and i is not None]
+                              ) if enabled else {}
     responses = []
     for name, topic_id in targets:
         out: dict[str, Any] = {
@@ -186,16 +192,15 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             "error_message": None,
         }
         try:
-            if not broker.config.get_bool("delete.topic.enable"):
+            if not enabled:
                 raise KafkaError(
                     "topic deletion is disabled (delete.topic.enable=false)",
                     code=ErrorCode.topic_deletion_disabled,
                 )
             if not name and topic_id is not None and topic_id != ZERO_UUID:
-                found = broker.metadata.topic_by_id(topic_id)
-                if found is None:
+                name = by_id.get(topic_id)
+                if name is None:
                     raise KafkaError(code=ErrorCode.unknown_topic_id)
-                name = found.name
                 out["name"] = name
             if name and not check(broker, ctx, Op.DELETE, Res.TOPIC, name):  # Kafka's ACL
                 raise KafkaError(f"Authorization failed: DELETE on topic {name}",

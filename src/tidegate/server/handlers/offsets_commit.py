@@ -3,10 +3,12 @@
 Partitions of topics that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION
 (UNKNOWN_TOPIC_ID for topics named by id, OffsetCommit v10 / OffsetFetch v10) without
 reaching the coordinator, as Kafka does. "Exists" is the cluster's answer
-(handlers/common.py's `partition_count`), not this broker's logs: a coordinator need
-not host a replica of the topics whose offsets it keeps, and may not have seen a topic
-created through another broker moments ago. OffsetFetch v8+ asks for several groups
-at once; `topics` null means every partition the group has an offset for.
+(handlers/common.py's `partition_counts` and `topic_names`), not this broker's logs: a
+coordinator need not host a replica of the topics whose offsets it keeps, and may not
+have seen a topic created through another broker moments ago. Topics the principal may
+not use are refused before they are looked up (a lookup may read ZooKeeper).
+OffsetFetch v8+ asks for several groups at once; `topics` null means every partition
+the group has an offset for.
 """
 
 from __future__ import annotations
@@ -27,27 +29,29 @@ from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
-from tidegate.server.handlers.common import ZERO_UUID, partition_count
+from tidegate.server.handlers.common import ZERO_UUID, partition_counts, topic_names
 
 
-def _topic_name(broker: Broker, topic: Any) -> tuple[str | None, uuid.UUID | None]:
-    name = view(topic, "name")
-    topic_id = view(topic, "topic_id")
-    if name:
-        return str(name), None
-    if topic_id is not None and topic_id != ZERO_UUID:
-        tv = broker.metadata.topic_by_id(topic_id)
-        return (tv.name if tv else None), topic_id
-    return None, topic_id
+async def _topic_names(broker: Broker, topics: Any, resolve: bool = True
+                       ) -> list[tuple[str | None, uuid.UUID | None]]:
+    """(name, id) of each request topic. A topic named by id (v10) gets its name, or
+    None if no topic has that id (`topic_names`: the metadata view, else the topic
+    admin's truth, one lookup for the request); with `resolve` false (the request is
+    refused whole) it is not looked up."""
+    named = [(view(t, "name"), view(t, "topic_id")) for t in topics]
+    ids = await topic_names(broker, [i for n, i in named if not n and i is not None]
+                            ) if resolve else {}
+    return [(str(n), None) if n else (None if i is None else ids.get(i), i) for n, i in named]
 
 
-async def _counts(broker: Broker, named: list[tuple[str | None, list[int]]]) -> dict[str, int]:
-    """Each named topic's partition count, asked once for all the partitions named."""
+async def _counts(broker: Broker, named: list[tuple[str, list[int]]]) -> dict[str, int]:
+    """Each named topic's partition count, asked once for all the partitions named.
+    Only topics the principal may use are passed: a topic unknown to the metadata view
+    costs a ZooKeeper read in a cluster."""
     wanted: dict[str, int] = {}
     for name, parts in named:
-        if name is not None:
-            wanted[name] = max(wanted.get(name, 0), 1 + max(parts, default=-1))
-    return {name: await partition_count(broker, name, n) for name, n in wanted.items()}
+        wanted[name] = max(wanted.get(name, 0), 1 + max(parts, default=-1))
+    return await partition_counts(broker, wanted)
 
 
 def _topic_key(by_id: bool, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
@@ -59,17 +63,22 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
     codes: dict[tuple[int, int], ErrorCode] = {}  # (topic index, partition) -> error
     valid: list[CommitPartition] = []
     where: dict[tuple[str, int], tuple[int, int]] = {}
-    topics = []
-    # ACLs (Kafka): READ on the group, else every partition fails; READ on each topic
+    # ACLs (Kafka): READ on the group, else every partition fails; READ on each topic,
+    # checked before the topic is looked up (Kafka's order: an id no topic has is
+    # UNKNOWN_TOPIC_ID, then TOPIC_AUTHORIZATION_FAILED, then UNKNOWN_TOPIC_OR_PARTITION)
     group_ok = check(broker, ctx, Op.READ, Res.GROUP, str(req.group_id))
-    for t in req.topics:
-        topics.append((*_topic_name(broker, t), [int(p.partition_index) for p in t.partitions]))
-    counts = await _counts(broker, [(name, parts) for name, _, parts in topics])
+    topics = [(name, topic_id, [int(p.partition_index) for p in t.partitions])
+              for (name, topic_id), t in zip(await _topic_names(broker, req.topics, group_ok),
+                                             req.topics, strict=True)]
+    refused = [ErrorCode.group_authorization_failed if not group_ok else
+               ErrorCode.topic_authorization_failed if name is not None
+               and not check(broker, ctx, Op.READ, Res.TOPIC, name) else None
+               for name, _, _ in topics]
+    counts = await _counts(broker, [(name, parts) for (name, _, parts), denied
+                                    in zip(topics, refused, strict=True)
+                                    if name is not None and denied is None])
     for ti, t in enumerate(req.topics):
-        name = topics[ti][0]
-        denied = (ErrorCode.group_authorization_failed if not group_ok else
-                  ErrorCode.topic_authorization_failed if name is not None
-                  and not check(broker, ctx, Op.READ, Res.TOPIC, name) else None)
+        name, denied = topics[ti][0], refused[ti]
         for p in t.partitions:
             index = int(p.partition_index)
             if denied is not None:
@@ -139,8 +148,7 @@ async def _fetch_group(
     ids: dict[str, uuid.UUID | None] = {}
     if topics is not None:
         wanted = []
-        for t in topics:
-            name, topic_id = _topic_name(broker, t)
+        for t, (name, topic_id) in zip(topics, await _topic_names(broker, topics), strict=True):
             parts = [int(p) for p in t.partition_indexes]
             if name is None:
                 unknown.append((topic_id, parts))
@@ -231,13 +239,13 @@ async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: Any) ->
     if not check(broker, ctx, Op.DELETE, Res.GROUP, str(req.group_id)):
         return build(ctx.response_class, {"throttle_time": 0, "topics": [],
                                           "error_code": ErrorCode.group_authorization_failed})
+    readable = [check(broker, ctx, Op.READ, Res.TOPIC, str(t.name)) for t in req.topics]
     counts = await _counts(broker, [(str(t.name), [int(p.partition_index) for p in t.partitions])
-                                    for t in req.topics])
-    for t in req.topics:
-        readable = check(broker, ctx, Op.READ, Res.TOPIC, str(t.name))
+                                    for t, ok in zip(req.topics, readable, strict=True) if ok])
+    for t, ok in zip(req.topics, readable, strict=True):
         for p in t.partitions:
             tp = (str(t.name), int(p.partition_index))
-            if not readable:
+            if not ok:
                 codes[tp] = ErrorCode.topic_authorization_failed
             elif 0 <= tp[1] < counts[tp[0]]:
                 valid.append(tp)

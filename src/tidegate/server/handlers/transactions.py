@@ -60,7 +60,7 @@ from tidegate.server.authz import ResourceType as Res
 from tidegate.server.authz import check, check_cluster
 from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
-from tidegate.server.handlers.common import partition_count
+from tidegate.server.handlers.common import partition_counts
 from tidegate.server.markers import Marker, write_markers
 
 log = logging.getLogger(__name__)
@@ -96,19 +96,18 @@ async def _partition_errors(broker: Broker, topics: Any, *, from_broker: bool = 
     `from_broker` (v4+, which only brokers send): a group coordinator verifying a
     TxnOffsetCommit names its `__consumer_offsets` partition, which may be in a
     transaction (through AddOffsetsToTxn, or added by transaction version 2)."""
-    wanted: list[TopicPartition] = []
+    wanted = [(str(t.name), int(p)) for t in topics or () for p in t.partitions or ()]
     errors: dict[TopicPartition, ErrorCode] = {}
-    for t in topics or ():
-        name = str(t.name)
-        count = await partition_count(broker, name, 1 + max(map(int, t.partitions or ()),
-                                                               default=-1))
-        for p in t.partitions or ():
-            tp = (name, int(p))
-            wanted.append(tp)
-            if name in INTERNAL_TOPICS and not (from_broker and name == CONSUMER_OFFSETS):
-                errors[tp] = ErrorCode.invalid_topic_exception
-            elif not 0 <= tp[1] < count:
-                errors[tp] = ErrorCode.unknown_topic_or_partition
+    counted: dict[str, int] = {}
+    for name, index in wanted:
+        if name in INTERNAL_TOPICS and not (from_broker and name == CONSUMER_OFFSETS):
+            errors[(name, index)] = ErrorCode.invalid_topic_exception
+        else:
+            counted[name] = max(counted.get(name, 0), index + 1)
+    counts = await partition_counts(broker, counted)
+    for tp in wanted:
+        if tp[0] in counts and not 0 <= tp[1] < counts[tp[0]]:
+            errors[tp] = ErrorCode.unknown_topic_or_partition
     return wanted, errors
 
 
@@ -231,18 +230,24 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
         if txn_id and not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
         else ErrorCode.group_authorization_failed
         if group_id and not check(broker, ctx, Op.READ, Res.GROUP, group_id) else None)
-    for t in req.topics or ():
+    refused = [denied_all or (None if check(broker, ctx, Op.READ, Res.TOPIC, str(t.name))
+                              else ErrorCode.topic_authorization_failed)
+               for t in req.topics or ()]
+    # only the topics the principal may use are looked up (a ZooKeeper read in a cluster)
+    counted: dict[str, int] = {}
+    for t, denied in zip(req.topics or (), refused, strict=True):
+        if denied is None:
+            counted[str(t.name)] = max(counted.get(str(t.name), 0), 1 + max(
+                (int(p.partition_index) for p in t.partitions or ()), default=-1))
+    counts = await partition_counts(broker, counted)
+    for t, denied in zip(req.topics or (), refused, strict=True):
         name = str(t.name)
-        count = await partition_count(broker, name, 1 + max(
-            (int(p.partition_index) for p in t.partitions or ()), default=-1))
-        denied = denied_all or (None if check(broker, ctx, Op.READ, Res.TOPIC, name)
-                                else ErrorCode.topic_authorization_failed)
         for p in t.partitions or ():
             index = int(p.partition_index)
             if denied is not None:
                 codes[(name, index)] = denied
                 continue
-            if not 0 <= index < count:
+            if not 0 <= index < counts[name]:
                 codes[(name, index)] = ErrorCode.unknown_topic_or_partition
                 continue
             valid.append(TxnCommitPartition(
