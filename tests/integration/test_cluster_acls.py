@@ -6,7 +6,8 @@ User:ANONYMOUS, which `super.users` therefore lists (docs/security.md); clients 
 SASL_PLAINTEXT (PLAIN users admin and alice), logged in by hand over the raw wire so
 each request goes to the broker the test names. SCRAM users live in ZooKeeper's
 `/config/users/<user>` beside the user's quotas: one made through one broker logs in on
-all three, and its deletion holds everywhere.
+all three, and its deletion holds everywhere. Topic ACLs are checked before a topic is
+looked up in ZooKeeper (a lookup on a metadata-cache miss).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -187,3 +190,54 @@ def test_scram_user_made_on_one_broker_logs_in_on_every_broker(
     finally:
         admin1.close()
         admin2.close()
+
+
+def _zk_received(c: Cluster) -> int:
+    """Packets the ZooKeeper server has received so far (its `srvr` four-letter word)."""
+    with socket.create_connection(("127.0.0.1", c.zk.port), timeout=5) as s:
+        s.sendall(b"srvr")
+        out = b""
+        while chunk := s.recv(4096):
+            out += chunk
+    found = re.search(rb"Received: (\d+)", out)
+    assert found is not None, out
+    return int(found.group(1))
+
+
+def test_refused_topics_cost_no_zookeeper_reads(
+        secured: tuple[Cluster, dict[int, int]]) -> None:
+    """OffsetCommit naming topics alice may not READ is refused before any topic is
+    looked up (Kafka answers TOPIC_AUTHORIZATION_FAILED whether or not the topic exists),
+    so unknown topics cost no ZooKeeper read; the same request for topics she may READ
+    looks each one up (a read of its znode) and answers UNKNOWN_TOPIC_OR_PARTITION."""
+    c, sasl = secured
+    admin, alice = login(sasl[1], "admin"), login(sasl[1], "alice")
+    group = "zk-reads-g"
+    try:
+        created = admin.call(30, 3, {"creations": [
+            _acl(3, "zk-allowed-", 4),
+            {**_acl(3, group), "resource_type": 3}]})  # READ on the group
+        assert [int(r.error_code) for r in created.results] == [0, 0]
+
+        def commit(names: list[str]) -> tuple[set[str], int]:
+            before = _zk_received(c)
+            r = alice.call(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1,
+                                  "member_id": "", "topics": [
+                                      {"name": n, "partitions": [
+                                          {"partition_index": 0, "committed_offset": 0}]}
+                                      for n in names]})
+            return ({str(t.partitions[0].error_code.name) for t in r.topics},
+                    _zk_received(c) - before)
+
+        allowed = [f"zk-allowed-{i}" for i in range(100)]
+        wait_for("broker 1 to apply the ACLs",
+                 lambda: commit(allowed[:1])[0] == {"unknown_topic_or_partition"}, 10)
+        codes, denied_reads = commit([f"zk-denied-{i}" for i in range(100)])
+        assert codes == {"topic_authorization_failed"}
+        codes, allowed_reads = commit(allowed)
+        assert codes == {"unknown_topic_or_partition"}
+        # ~100 reads for the allowed names; only the brokers' own traffic otherwise
+        assert allowed_reads >= 100 and denied_reads < 30, (allowed_reads, denied_reads)
+    finally:
+        admin.close()
+        alice.close()
