@@ -39,8 +39,8 @@ async def _topic_names(broker: Broker, topics: Any, resolve: bool = True
     admin's truth, one lookup for the request); with `resolve` false (the request is
     refused whole) it is not looked up."""
     named = [(view(t, "name"), view(t, "topic_id")) for t in topics]
-    ids = await topic_names(broker, [i for n, i in named if not n and i is not None]
-                            ) if resolve else {}
+    by_id = [i for n, i in named if not n and i is not None]
+    ids = await topic_names(broker, by_id) if resolve and by_id else {}
     return [(str(n), None) if n else (None if i is None else ids.get(i), i) for n, i in named]
 
 
