@@ -195,10 +195,13 @@ async def _chunks(stream: IO[bytes]) -> AsyncGenerator[list[bytes], None]:
         return not stop.is_set()
 
     def reader() -> None:
-        fd = stream.fileno()
         rest = b""
         try:
-            while chunk := os.read(fd, 1 << 18):
+            try:
+                fd = stream.fileno()
+            except (OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream
+                fd = -1
+            while chunk := (os.read(fd, 1 << 18) if fd >= 0 else stream.read(1 << 18)):
                 lines = (rest + chunk).split(b"\n")
                 rest = lines.pop()
                 if lines and not put(lines):
