@@ -330,7 +330,7 @@ def test_transactional_queue_history_under_nemesis(tmp_path: Path) -> None:
 def test_the_workload_catches_read_uncommitted_consumers(tmp_path: Path) -> None:
     """The harness end to end can fail: consumers at read_uncommitted see the
     deliberately aborted records, and the checker reports them as aborted reads."""
-    report = run_workload(tmp_path, duration=8, workers=2, seed=3, nemesis_on=False,
+    report = run_workload(tmp_path, duration=5, workers=2, seed=3, nemesis_on=False,
                           isolation="read_uncommitted")
     assert report.counts["aborted_read"] > 0, report.summary()
 
