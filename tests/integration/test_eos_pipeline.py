@@ -64,25 +64,19 @@ class Target(Protocol):
     def create_topics(self, *topics: str, partitions: int = PARTITIONS) -> None: ...
 
     @property
-    def kinds(self) -> list[str]:
-        """The kinds of fault `fault` can inject here (known once started)."""
-        ...
+    def kinds(self) -> list[str]: ...  # the kinds of fault `fault` injects (once started)
 
     def fault(self, rng: random.Random, note: Callable[[str], object],
               kind: str | None = None) -> str:
-        """Injects one fault, of `kind` or of a kind chosen with `rng`, and returns when
-        it is over (the broker back, or resumed); `note` is told what is done before it
-        is done. Returns the fault's kind."""
-        ...
+        """One fault (of `kind`, else drawn with `rng`), returning once it is over (`note`
+        is told what is done first); returns its kind."""
 
     def heal(self) -> None:
         """Every broker up and running again (after a test's fault phase)."""
-        ...
 
     def check_after(self) -> str:
         """Checks the target's own invariants once the workload is done (before stop);
         returns what it found, for the test's summary."""
-        ...
 
     def error_lines(self) -> list[str]: ...
 
@@ -90,9 +84,8 @@ class Target(Protocol):
 @dataclass
 class BrokerTarget:
     """One broker process: kill -9 and restart on the same data directory and port, or
-    (with `pauses`) SIGSTOP for a while: a "long pause" (a quarter of the random ones)
-    outlasts the workloads' transaction.timeout.ms, so the coordinator aborts
-    transactions about to commit."""
+    (with `pauses`) SIGSTOP for a while: a "long pause" (a quarter of the drawn pauses)
+    outlasts transaction.timeout.ms, so the coordinator aborts ones about to commit."""
 
     broker: BrokerProcess
     pauses: bool = True
@@ -116,7 +109,7 @@ class BrokerTarget:
 
     def fault(self, rng: random.Random, note: Callable[[str], object],
               kind: str | None = None) -> str:
-        if kind is None:
+        if kind is None:  # the same draws as before kinds could be named
             kind = ("kill" if not self.pauses or rng.random() < 0.5
                     else "long pause" if rng.random() < 0.25 else "pause")
         if kind == "kill":
@@ -143,8 +136,7 @@ class BrokerTarget:
         return ""
 
     def error_lines(self) -> list[str]:
-        return [line for line in self.broker.log_lines
-                if " ERROR " in line or "Traceback" in line]
+        return [ln for ln in self.broker.log_lines if " ERROR " in ln or "Traceback" in ln]
 
 
 def end_offsets(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> list[int]:
