@@ -312,8 +312,10 @@ class ClusterTarget:
         (topic, p), (leader, _isr) = rng.choice(sorted(view.items()))
         return leader, f"leader of {topic}-{p}"
 
-    def fault(self, rng: random.Random, note: Callable[[str], object]) -> str:
-        kind = rng.choice(self.kinds)
+    def fault(self, rng: random.Random, note: Callable[[str], object],
+              kind: str | None = None) -> str:
+        kind = kind or rng.choice(self.kinds)
+        assert kind in self.kinds, kind
         bid, role = self.victim(rng)
         what = f"{kind} broker {bid} ({role})"
         note(what)

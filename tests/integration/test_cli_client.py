@@ -15,6 +15,7 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
+from tests.integration.cli_util import cli
 from tests.integration.conftest import ROOT, BrokerProcess, free_port
 
 from tidegate.client import (
@@ -224,21 +225,6 @@ def test_producer_errors_are_clear(shared_broker: BrokerProcess) -> None:
 
 
 # -- CLI ---------------------------------------------------------------------------
-
-
-def cli(
-    *args: str, stdin: bytes | None = None, timeout: float = 30
-) -> subprocess.CompletedProcess[bytes]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "tidegate.cli.main", *args],
-        input=stdin,
-        capture_output=True,
-        env=env,
-        timeout=timeout,
-        cwd=ROOT,
-    )
 
 
 def test_cli_topics_produce_consume(shared_broker: BrokerProcess, tmp_path: Path) -> None:

@@ -31,10 +31,10 @@ from kafka.errors import (
     NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
+from tests.integration.cli_util import cli
 from tests.integration.cluster import Cluster, produce_numbers, wait_for
 from tests.integration.conftest import BrokerProcess
 from tests.integration.rawclient import RawClient
-from tests.integration.test_cli_client import cli
 
 TOPIC = "rolling"
 PARTITIONS = 3

@@ -63,19 +63,20 @@ class Target(Protocol):
 
     def create_topics(self, *topics: str, partitions: int = PARTITIONS) -> None: ...
 
-    def fault(self, rng: random.Random, note: Callable[[str], object]) -> str:
-        """Injects one fault and returns when it is over (the broker back, or resumed);
-        `note` is told what is done before it is done. Returns the fault's kind."""
-        ...
+    @property
+    def kinds(self) -> list[str]: ...  # the kinds of fault `fault` injects (once started)
+
+    def fault(self, rng: random.Random, note: Callable[[str], object],
+              kind: str | None = None) -> str:
+        """One fault (of `kind`, else drawn with `rng`), returning once it is over (`note`
+        is told what is done first); returns its kind."""
 
     def heal(self) -> None:
         """Every broker up and running again (after a test's fault phase)."""
-        ...
 
     def check_after(self) -> str:
         """Checks the target's own invariants once the workload is done (before stop);
         returns what it found, for the test's summary."""
-        ...
 
     def error_lines(self) -> list[str]: ...
 
@@ -83,8 +84,8 @@ class Target(Protocol):
 @dataclass
 class BrokerTarget:
     """One broker process: kill -9 and restart on the same data directory and port, or
-    (with `pauses`) SIGSTOP for a while: a quarter of the pauses outlast the workloads'
-    transaction.timeout.ms, so the coordinator aborts transactions about to commit."""
+    (with `pauses`) SIGSTOP for a while: a "long pause" (a quarter of the drawn pauses)
+    outlasts transaction.timeout.ms, so the coordinator aborts ones about to commit."""
 
     broker: BrokerProcess
     pauses: bool = True
@@ -102,23 +103,30 @@ class BrokerTarget:
     def create_topics(self, *topics: str, partitions: int = PARTITIONS) -> None:
         create_topics(self.broker.bootstrap, *topics, partitions=partitions)
 
-    def fault(self, rng: random.Random, note: Callable[[str], object]) -> str:
-        if not self.pauses or rng.random() < 0.5:
+    @property
+    def kinds(self) -> list[str]:
+        return ["kill", "pause", "long pause"] if self.pauses else ["kill"]
+
+    def fault(self, rng: random.Random, note: Callable[[str], object],
+              kind: str | None = None) -> str:
+        if kind is None:  # the same draws as before kinds could be named
+            kind = ("kill" if not self.pauses or rng.random() < 0.5
+                    else "long pause" if rng.random() < 0.25 else "pause")
+        if kind == "kill":
             note("kill")
             self.broker.kill()
             time.sleep(rng.uniform(0.2, 1.5))
             self.broker.start()
             return "kill"
-        assert self.broker.proc is not None
+        assert self.broker.proc is not None and kind in ("pause", "long pause")
         pid = self.broker.proc.pid
-        note("pause")
+        note(kind)
         os.kill(pid, signal.SIGSTOP)
         try:
-            long = rng.random() < 0.25
-            time.sleep(rng.uniform(6.5, 8.0) if long else rng.uniform(1.0, 4.0))
+            time.sleep(rng.uniform(6.5, 8.0) if kind == "long pause" else rng.uniform(1.0, 4.0))
         finally:
             os.kill(pid, signal.SIGCONT)
-        return "pause"
+        return kind
 
     def heal(self) -> None:
         if self.broker.proc is None or self.broker.proc.poll() is not None:
@@ -128,8 +136,7 @@ class BrokerTarget:
         return ""
 
     def error_lines(self) -> list[str]:
-        return [line for line in self.broker.log_lines
-                if " ERROR " in line or "Traceback" in line]
+        return [ln for ln in self.broker.log_lines if " ERROR " in ln or "Traceback" in ln]
 
 
 def end_offsets(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> list[int]:

@@ -131,11 +131,21 @@ def test_fuzz_beside_a_control_client(sb: tuple[SecureBroker, Pki]) -> None:
 
 
 def _tls_garbage(s: SecureBroker) -> None:
+    # a TLS record cut short and then nothing: only the broker's 10 s handshake timeout
+    # (server/listener.py) closes it; the client waits longer, so a broker that never
+    # closed would fail here. Once (SSL): on SASL_SSL the same record is followed by EOF.
+    short_record = b"\x16\x03\x01\x00\x10" + b"\x01" * 5
+    with _conn(s.ports["SSL"]) as c:
+        c.settimeout(20)
+        c.sendall(short_record)
+        assert c.recv(1) == b""
     for port in (s.ports["SSL"], s.ports["SASL_SSL"]):
-        for payload in (os.urandom(300), b"\x16\x03\x01\x00\x10" + b"\x01" * 5,
+        for payload in (os.urandom(300), short_record,
                         b"\x16\x03\x03\xff\xff" + os.urandom(2000), b""):
             with _conn(port) as c:
                 c.sendall(payload)
+                if payload == short_record:
+                    c.shutdown(socket.SHUT_WR)  # stalled above; here EOF closes it
                 if payload:
                     assert _closed(c)
         # a real client hello cut short

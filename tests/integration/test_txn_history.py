@@ -16,11 +16,13 @@ The broker is a `Target` of tests/integration/test_eos_pipeline.py: one broker h
 tests/integration/test_cluster_eos.py runs the same workload on a 3-broker cluster
 whose nemesis kills, pauses and partitions brokers.
 
-`make test`: ~45 s. `make soak` (TIDEGATE_SOAK=1): 10+ minutes.
+`make test`: one fault of each kind (kill, pause, a pause beyond the transaction
+timeout), ~30 s. `make soak` (TIDEGATE_SOAK=1): 11 minutes of random faults.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import threading
@@ -45,6 +47,7 @@ TOPIC = "queue"
 PARTITIONS = 3
 TXN_TIMEOUT_MS = 6000
 ABORT_FRACTION = 0.2
+QUIET_AFTER_FAULTS = 5  # seconds of workload after the last fault (make test's runs)
 
 
 class Endpoint(Protocol):
@@ -212,30 +215,51 @@ class Worker(threading.Thread):
 
 class Nemesis(threading.Thread):
     """Every 2-5 s one fault of the target (`Target.fault`: for one broker, SIGKILL +
-    restart or SIGSTOP ... SIGCONT), recorded in the history."""
+    restart or SIGSTOP ... SIGCONT), recorded in the history, until `stop_at`.
 
-    def __init__(self, target: Target, history: History, stop_at: float, seed: int):
+    With `rounds` (make test), the faults go round the target's kinds, every kind once
+    per round in a shuffled order, 1-3 s apart, and the nemesis stops after `rounds`
+    rounds and at least `at_least` faults: every kind is hit in a short run."""
+
+    def __init__(self, target: Target, history: History, stop_at: float, seed: int,
+                 rounds: int | None = None, at_least: int = 3):
         super().__init__(name="nemesis", daemon=True)
         self.target, self.history, self.stop_at = target, history, stop_at
         self.rng = random.Random(seed)
+        self.rounds, self.at_least = rounds, at_least
         self.faults: Counter[str] = Counter()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            while True:
-                time.sleep(self.rng.uniform(2.0, 5.0))
+            deck: list[str] = []
+            for n in itertools.count():
+                if self.rounds is not None and n >= max(
+                        self.rounds * len(self.target.kinds), self.at_least):
+                    return
+                time.sleep(self.rng.uniform(2.0, 5.0) if self.rounds is None
+                           else self.rng.uniform(1.0, 3.0))
                 if time.monotonic() > self.stop_at:
                     return
+                kind = None
+                if self.rounds is not None:
+                    if not deck:
+                        deck = self.rng.sample(self.target.kinds, len(self.target.kinds))
+                    kind = deck.pop()
                 self.faults[self.target.fault(
-                    self.rng, lambda what: self.history.add("nemesis", "info", what))] += 1
+                    self.rng, lambda what: self.history.add("nemesis", "info", what),
+                    kind)] += 1
         except BaseException as e:
             self.error = e
 
 
 def run_workload(tmp_path: Path, duration: float, workers: int, seed: int,
                  nemesis_on: bool = True, isolation: str = "read_committed",
-                 target: Target | None = None) -> Report:
+                 target: Target | None = None, fault_rounds: int | None = None) -> Report:
+    """The workload for `duration` seconds, faults from 3 s in until 8 s before its end.
+    With `fault_rounds` (make test: see `Nemesis`), `duration` is a bound: the workers
+    stop QUIET_AFTER_FAULTS seconds after the nemesis's last fault, and the run fails
+    unless every kind of fault was injected `fault_rounds` times."""
     started = time.monotonic()
     broker = target or BrokerTarget(BrokerProcess(tmp_path / "data", overrides=TXN_OVERRIDES))
     broker.start()
@@ -245,7 +269,7 @@ def run_workload(tmp_path: Path, duration: float, workers: int, seed: int,
         broker.create_topics(TOPIC, partitions=PARTITIONS)
         stop_at = time.monotonic() + duration
         # faults from 3 s in until 8 s before the workers stop, so the end is healthy
-        nemesis = Nemesis(broker, history, stop_at - 8, seed)
+        nemesis = Nemesis(broker, history, stop_at - 8, seed, fault_rounds)
         threads = [Worker(i, broker, history, stop_at, seed * 100 + i, isolation)
                    for i in range(workers)]
         for t in threads:
@@ -254,6 +278,9 @@ def run_workload(tmp_path: Path, duration: float, workers: int, seed: int,
             time.sleep(3)
             nemesis.start()
             nemesis.join(duration + 30)
+            if fault_rounds is not None:  # a healthy end, then the final read
+                for t in threads:
+                    t.stop_at = min(t.stop_at, time.monotonic() + QUIET_AFTER_FAULTS)
         for t in threads:
             t.join(duration + 90)
         assert not any(t.is_alive() for t in threads) and not nemesis.is_alive(), \
@@ -289,17 +316,21 @@ def run_workload(tmp_path: Path, duration: float, workers: int, seed: int,
     # the run must have exercised what it checks
     assert report.stats["ok"] >= 20 and report.stats["fail"] >= 3, summary
     assert report.stats["polled"] > 0 and sum(nemesis.faults.values()) >= 3, summary
+    if fault_rounds is not None:
+        assert all(nemesis.faults[k] >= fault_rounds for k in broker.kinds), summary
     return report
 
 
 def test_transactional_queue_history_under_nemesis(tmp_path: Path) -> None:
-    run_workload(tmp_path, duration=35, workers=4, seed=12)
+    """A kill -9, a pause and a pause beyond transaction.timeout.ms, in a random order:
+    about 30 s (the soak below runs 11 minutes of random faults)."""
+    run_workload(tmp_path, duration=60, workers=4, seed=12, fault_rounds=1)
 
 
 def test_the_workload_catches_read_uncommitted_consumers(tmp_path: Path) -> None:
     """The harness end to end can fail: consumers at read_uncommitted see the
     deliberately aborted records, and the checker reports them as aborted reads."""
-    report = run_workload(tmp_path, duration=8, workers=2, seed=3, nemesis_on=False,
+    report = run_workload(tmp_path, duration=5, workers=2, seed=3, nemesis_on=False,
                           isolation="read_uncommitted")
     assert report.counts["aborted_read"] > 0, report.summary()
 
