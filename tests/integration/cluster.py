@@ -177,6 +177,22 @@ def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0,
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
+def high_watermark(consumer: Any, topic: str, partition: int, timeout: float = 30.0) -> int:
+    """The partition's high watermark, asked again while leadership moves.
+
+    librdkafka's ``get_watermark_offsets`` gives up on the first NOT_LEADER_FOR_PARTITION;
+    on a cluster whose controller is handing leadership back to preferred replicas (or
+    just failed a leader over) the answer can come from the broker that led a moment ago.
+    """
+    from confluent_kafka import TopicPartition
+
+    got = wait_for(f"the high watermark of {topic}-{partition}",
+                   lambda: [consumer.get_watermark_offsets(
+                       TopicPartition(topic, partition), timeout=5, cached=False)[1]],
+                   timeout=timeout)
+    return int(got[0])  # type: ignore[index]
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = Cluster(tmp_path_factory.mktemp("cluster"))

@@ -22,7 +22,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from tests.integration.cluster import Cluster, log_digest, produce_numbers, wait_for
+from tests.integration.cluster import (
+    Cluster,
+    high_watermark,
+    log_digest,
+    produce_numbers,
+    wait_for,
+)
 
 TOPIC = "replicated"
 PARTITIONS = 3
@@ -97,8 +103,7 @@ def test_acks_all_survives_leader_kills(tmp_path: Path) -> None:
 
         consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "verify",
                              "enable.auto.commit": False})
-        hw = sum(consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
-                 for p in range(PARTITIONS))
+        hw = sum(high_watermark(consumer, TOPIC, p) for p in range(PARTITIONS))
         assert hw == len(acked), "every acknowledged record once, nothing else"
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
         seen: list[int] = []

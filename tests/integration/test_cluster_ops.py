@@ -32,7 +32,7 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 from tests.integration.cli_util import cli
-from tests.integration.cluster import Cluster, produce_numbers, wait_for
+from tests.integration.cluster import Cluster, high_watermark, produce_numbers, wait_for
 from tests.integration.conftest import BrokerProcess
 from tests.integration.rawclient import RawClient
 
@@ -182,8 +182,7 @@ def test_rolling_restart_with_controlled_shutdown(tmp_path: Path) -> None:
         assert set(seen) == acked, f"lost: {len(acked - set(seen))}, " \
                                    f"unacknowledged: {len(set(seen) - acked)}"
         check = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "hw"})
-        hw = sum(check.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
-                 for p in range(PARTITIONS))
+        hw = sum(high_watermark(check, TOPIC, p) for p in range(PARTITIONS))
         check.close()
         assert hw == len(acked), "the logs hold every acknowledged record once, nothing else"
         # auto.leader.rebalance.enable (every 2 s here) hands leadership back to the

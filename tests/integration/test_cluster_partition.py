@@ -41,7 +41,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.integration import side_producer
-from tests.integration.cluster import Cluster, wait_for
+from tests.integration.cluster import Cluster, high_watermark, wait_for
 from tests.integration.netpartition import Network, PartitionUnavailable
 from tests.integration.rawclient import RawClient
 
@@ -110,7 +110,7 @@ def _read_all(c: Cluster) -> tuple[list[str], int]:
     consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "verify",
                          "enable.auto.commit": False})
     try:
-        hw = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10)[1]
+        hw = high_watermark(consumer, TOPIC, 0)
         consumer.assign([TopicPartition(TOPIC, 0, 0)])
         seen: list[str] = []
         deadline = time.monotonic() + 60
