@@ -222,3 +222,36 @@ def test_transaction_version_2_end_txn_bumps_the_epoch(c: RawClient) -> None:
     # a late batch with the old epoch is fenced
     assert produce(c, "tv2", "t1", 1, pid, epoch, 1, b"late", version=12) in (
         "invalid_producer_epoch", "producer_fenced", "concurrent_transactions")
+
+
+def test_sequences_reused_after_an_abort_are_refused_not_lost(
+        c: RawClient, proto_broker: BrokerProcess) -> None:
+    """What librdkafka does when a transaction's batch was written but its answer lost
+    (broker killed): it aborts, then sends the next transaction's first batch with the
+    same epoch and sequences. Kafka answers that batch as a duplicate of the aborted one,
+    and the next transaction commits a record that was never written; Tidegate answers
+    OUT_OF_ORDER_SEQUENCE_NUMBER, the client aborts and bumps its epoch (KIP-360)."""
+    create(proto_broker.bootstrap, "reuse", partitions=1)
+    r = init(c, "reuse")
+    pid, epoch = int(r.producer_id), int(r.producer_epoch)
+
+    def again(call: Any) -> Any:  # while the previous marker is being written
+        deadline = time.monotonic() + 10
+        while (got := call()) in ("concurrent_transactions", {0: "concurrent_transactions"}):
+            assert time.monotonic() < deadline
+        return got
+
+    assert add(c, "reuse", pid, epoch, "reuse", [0]) == {0: "none"}
+    assert produce(c, "reuse", "reuse", 0, pid, epoch, 0, b"aborted") == "none"
+    assert end(c, "reuse", pid, epoch, False).error_code.name == "none"
+    assert again(lambda: add(c, "reuse", pid, epoch, "reuse", [0])) == {0: "none"}
+    assert produce(c, "reuse", "reuse", 0, pid, epoch, 0, b"next") == (
+        "out_of_order_sequence_number")
+    # the client's way out: abort, InitProducerId with its id and epoch, start again at 0
+    assert end(c, "reuse", pid, epoch, False).error_code.name == "none"
+    bumped = again(lambda: init(c, "reuse", producer_id=pid, producer_epoch=epoch))
+    assert (int(bumped.producer_id), int(bumped.producer_epoch)) == (pid, epoch + 1)
+    assert again(lambda: add(c, "reuse", pid, epoch + 1, "reuse", [0])) == {0: "none"}
+    assert produce(c, "reuse", "reuse", 0, pid, epoch + 1, 0, b"next") == "none"
+    assert end(c, "reuse", pid, epoch + 1, True).error_code.name == "none"
+    assert read_all(proto_broker.bootstrap, "reuse", "read_committed", timeout=10) == [b"next"]

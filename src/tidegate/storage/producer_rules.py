@@ -29,6 +29,10 @@ client batches in this order; `_RULES` is the table from verdict to outcome:
     of a batch already written whose offsets are no longer known:
     DUPLICATE_SEQUENCE_NUMBER (Tidegate's choice, see the end).
   * anything else (gap, overlap) -> OUT_OF_ORDER_SEQUENCE_NUMBER.
+  * a transactional batch that would be one of those two retries, but the batch it
+    repeats (or the oldest cached one, for the second) lies outside the producer's open
+    transaction here: OUT_OF_ORDER_SEQUENCE_NUMBER (REUSED_AFTER_MARKER, beyond Kafka;
+    see the end).
 
 Then, as Kafka: a non-transactional data batch while the producer has an open transaction
 is INVALID_TXN_STATE; a marker with an older epoch is INVALID_PRODUCER_EPOCH and one with
@@ -45,6 +49,19 @@ settings, the whole producer) in librdkafka and the Java client. Sequences of on
 the cached ones was written already: Tidegate answers DUPLICATE_SEQUENCE_NUMBER,
 which every client (Java, librdkafka, kafka-python, aiokafka) treats as "delivered,
 offset unknown". A batch 2**30 or more sequences behind is taken to be ahead (a gap).
+
+Why REUSED_AFTER_MARKER: a client retries a batch only within its transaction (Java and
+librdkafka send EndTxn after every in-flight batch has its answer), so a transactional
+batch repeating sequences that a marker has already closed is not a retry but a reuse.
+librdkafka does reuse them: when a transaction's batch was written but its answer was
+lost (the broker killed), it aborts, rewinds to its last acknowledged sequence and sends
+the next transaction's first batch with the same epoch and sequences. Kafka's rule (the
+five cached batches, `findDuplicateBatch`) answers that batch as a duplicate of the
+aborted one, so the next transaction commits records never written (found by the
+history checker under kill -9). Tidegate answers OUT_OF_ORDER_SEQUENCE_NUMBER instead,
+which Java and librdkafka take as an abortable error with an epoch bump: the transaction
+aborts and is retried under a new epoch, nothing is lost. The check needs no state
+beyond Kafka's snapshot: the open transaction's first offset is in it.
 """
 
 from __future__ import annotations
@@ -146,6 +163,7 @@ class Verdict(enum.Enum):
     NEW_EPOCH_NOT_AT_ZERO = "bumped epoch not starting at sequence 0"
     GAP = "sequence is not last + 1"
     UNKNOWN_PRODUCER = "no state and a non-zero sequence (strict mode)"
+    REUSED_AFTER_MARKER = "sequences of a batch whose transaction a marker already ended"
 
 
 _RULES: dict[Verdict, type[KafkaError] | None] = {
@@ -159,6 +177,7 @@ _RULES: dict[Verdict, type[KafkaError] | None] = {
     Verdict.NEW_EPOCH_NOT_AT_ZERO: OutOfOrderSequenceError,
     Verdict.GAP: OutOfOrderSequenceError,
     Verdict.UNKNOWN_PRODUCER: UnknownProducerIdError,
+    Verdict.REUSED_AFTER_MARKER: OutOfOrderSequenceError,
 }
 
 
@@ -200,6 +219,19 @@ def classify(
     # it can never start at last_seq + 1, and the order of the two checks does not matter.
     if _in_sequence(entry.last_seq, seq):
         return Verdict.IN_SEQUENCE
-    if entry.find_duplicate(epoch, seq, header.last_sequence) is not None:
+    dup = entry.find_duplicate(epoch, seq, header.last_sequence)
+    if dup is not None:
+        if header.is_transactional and not _in_open_txn(entry, dup.first_offset):
+            return Verdict.REUSED_AFTER_MARKER
         return Verdict.DUPLICATE
-    return Verdict.OLD_RETRY if _behind_cache(entry, header) else Verdict.GAP
+    if not _behind_cache(entry, header):
+        return Verdict.GAP
+    if header.is_transactional and not _in_open_txn(entry, entry.batches[0].first_offset - 1):
+        return Verdict.REUSED_AFTER_MARKER
+    return Verdict.OLD_RETRY
+
+
+def _in_open_txn(entry: ProducerStateEntry, offset: int) -> bool:
+    """Could a batch written at `offset` belong to the producer's open transaction?"""
+    first = entry.current_txn_first_offset
+    return first is not None and offset >= first

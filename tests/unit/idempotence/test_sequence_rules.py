@@ -290,3 +290,78 @@ def test_classify_table(epoch: int | None, h: BatchHeader, verdict: Verdict) -> 
     if epoch is not None:
         psm.update(header(1, epoch, 0, 2), 0)
     assert classify(psm.last_entry(1), h) is verdict
+
+
+def _txn_then_marker(b: Broker, control: ControlType, start: int = 0) -> None:
+    """Producer 4 epoch 0: a transaction writes sequences start..+1 and +2..+3, a marker
+    ends it."""
+    b.send(header(4, 0, start, 2, transactional=True))
+    b.send(header(4, 0, start + 2, 2, transactional=True))
+    m = at(marker(4, 0), b.end)
+    b.psm.validate(m, coordinator_epoch=0)
+    b.psm.update(m, b.now, coordinator_epoch=0, control_type=control)
+    b.end = m.next_offset
+
+
+@pytest.mark.parametrize("control", [ControlType.ABORT, ControlType.COMMIT])
+def test_sequences_a_marker_ended_are_not_a_retry(control: ControlType) -> None:
+    """librdkafka, after losing the answer to a written batch and aborting, sends the next
+    transaction's batch with the same epoch and sequences: not a duplicate (Kafka says it
+    is, and the next transaction would commit records never written)."""
+    b = Broker()
+    _txn_then_marker(b, control)
+    with pytest.raises(OutOfOrderSequenceError, match="marker already ended"):
+        b.send(header(4, 0, 2, 2, transactional=True))
+    assert classify(b.psm.last_entry(4), header(4, 0, 0, 2, transactional=True)) is (
+        Verdict.REUSED_AFTER_MARKER
+    )
+    assert b.psm.first_undecided_offset() is None  # nothing was opened by the refusal
+    # the epoch bump that follows starts cleanly
+    assert b.send(header(4, 1, 0, 2, transactional=True)) == (b.end - 2, b.end - 1)
+
+
+def test_a_retry_inside_the_open_transaction_is_still_a_duplicate() -> None:
+    b = Broker()
+    _txn_then_marker(b, ControlType.COMMIT)
+    first = b.send(header(4, 0, 4, 2, transactional=True))  # the next transaction
+    b.send(header(4, 0, 6, 1, transactional=True))
+    dup = b.send(header(4, 0, 4, 2, transactional=True))
+    assert isinstance(dup, DuplicateBatch) and (dup.first_offset, dup.last_offset) == first
+    # a batch of the ended transaction, still cached, is refused inside the new one too
+    with pytest.raises(OutOfOrderSequenceError):
+        b.send(header(4, 0, 2, 2, transactional=True))
+
+
+def test_reuse_behind_the_cache_is_refused_once_a_marker_ended_it() -> None:
+    b = Broker(ProducerStateManager(max_batches=2))
+    b.send(header(4, 0, 0, 1, transactional=True))
+    _txn_then_marker(b, ControlType.ABORT, start=1)  # the cache holds 1..2 and 3..4 only
+    entry = b.psm.last_entry(4)
+    assert entry is not None and entry.batches[0].first_seq == 1
+    assert classify(entry, header(4, 0, 0, 1, transactional=True)) is (
+        Verdict.REUSED_AFTER_MARKER
+    )
+    # while the transaction is open the same batch is an old retry, as before
+    open_txn = Broker(ProducerStateManager(max_batches=2))
+    for seq in range(3):
+        open_txn.send(header(4, 0, seq, 1, transactional=True))
+    with pytest.raises(DuplicateSequenceError):
+        open_txn.send(header(4, 0, 0, 1, transactional=True))
+
+
+def test_the_rule_holds_after_a_snapshot_load(tmp_path: Path) -> None:
+    b = Broker()
+    _txn_then_marker(b, ControlType.ABORT)
+    b.psm.take_snapshot(tmp_path)
+    fresh = ProducerStateManager()
+    fresh.load_latest_snapshot(tmp_path, b.end)
+    with pytest.raises(OutOfOrderSequenceError):
+        fresh.validate(header(4, 0, 2, 2, transactional=True))
+    # an idempotent (non-transactional) producer's retry stays a duplicate
+    b2 = Broker()
+    b2.send(header(9, 0, 0, 2))
+    (tmp_path / "b2").mkdir()
+    b2.psm.take_snapshot(tmp_path / "b2")
+    fresh2 = ProducerStateManager()
+    fresh2.load_latest_snapshot(tmp_path / "b2", b2.end)
+    assert isinstance(fresh2.validate(header(9, 0, 0, 2)), DuplicateBatch)
