@@ -298,6 +298,11 @@ def run_workload(tmp_path: Path, duration: float, workers: int, seed: int,
     finally:
         broker.stop()
     report = check(history.ops)
+    if os.environ.get("TIDEGATE_SOAK"):  # kept for analysis with the data (--basetemp)
+        with open(tmp_path / "history.txt", "w") as f:
+            f.writelines(f"{op}\n" for op in history.ops)
+        if isinstance(broker, BrokerTarget):
+            (tmp_path / "broker.log").write_text("\n".join(broker.broker.log_lines) + "\n")
     crashed = [e for t in threads for e in t.errors if e.startswith("worker crashed")]
     broker_errors = broker.error_lines()
     summary = (f"seed={seed} {report.summary()}\nnemesis: {dict(nemesis.faults)} {after}; "
