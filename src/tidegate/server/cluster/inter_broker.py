@@ -6,7 +6,8 @@ frame and header codecs are the ones the listener uses (tidegate.protocol). The
 connection says who it is (`client.id` = `broker-<id>-fetcher-<n>`), so the leader's
 logs name it.
 
-Errors: any socket error, a timeout or a malformed answer raises `InterBrokerError`
+Errors: any socket error (uvloop's RuntimeError on a transport reset under us included),
+a timeout or a malformed answer raises `InterBrokerError`
 after closing the connection; the caller backs off (`replica.fetch.backoff.ms`) and
 connects again, possibly to a new leader.
 """
@@ -73,7 +74,9 @@ class InterBrokerConnection:
                 if not 0 < size <= _MAX_RESPONSE:
                     raise InterBrokerError(f"bad response size {size}")
                 frame = await self._reader.readexactly(size)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, RuntimeError) as e:
+            # RuntimeError: uvloop's write on a transport the peer reset since we
+            # connected (a broker killed as we connect): a network error like the others
             await self.close()
             raise InterBrokerError(f"request to {self.host}:{self.port} failed: {e!r}") from e
         try:
