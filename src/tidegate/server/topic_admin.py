@@ -55,6 +55,8 @@ class FoundTopic(NamedTuple):
 
     topic_id: uuid.UUID
     partitions: int
+    # each partition's replicas, by index, where the truth says (a cluster's znode)
+    replicas: tuple[tuple[int, ...], ...] = ()
 
 
 class TopicAdmin(Protocol):
