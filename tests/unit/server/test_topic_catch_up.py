@@ -148,6 +148,19 @@ def test_a_name_found_nowhere_costs_no_wait() -> None:
     assert sorted(truth.asked) == ["gone-1", "gone-2"]
 
 
+def test_an_offline_partition_is_not_waited_for() -> None:
+    """A state without a leader (no replica alive) is an answer: no wait for a leader."""
+    b = _broker(Truth({"new": NEW_ID}))
+    b.metadata.set_topic("new", _assignment("new", NEW_ID))
+    for p in range(len(REPLICAS)):
+        b.metadata.set_state(("new", p), VersionedState(
+            PartitionState(leader=-1, leader_epoch=3, isr=(1,), controller_epoch=1), 0))
+    start = time.monotonic()
+    got = asyncio.run(catch_up(b, ["new"]))["new"]
+    assert time.monotonic() - start < new_topics.CATCH_UP_S / 2
+    assert [(p.leader, p.leader_epoch) for p in got.partitions] == [(-1, 3), (-1, 3)]
+
+
 def test_lookups_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(new_topics, "FIND_NAMES_MAX", 3)
     truth = Truth({}, delay=0)

@@ -13,12 +13,12 @@ first, so refused topics cost ZooKeeper nothing):
   side by side, at most FIND_NAMES_MAX per request; ids were already resolved to names
   by `handlers/common.topic_names` (`TopicAdmin.find_topic_ids`: bounded, misses
   remembered);
-- for the topics found, it waits up to CATCH_UP_S for the view to show them with a
-  leader for every partition, so the answer is the full one (leaders, ISR, replicas)
-  every broker gives a moment later;
-- a topic still without a leader then is answered as the view has it
-  (LEADER_NOT_AVAILABLE for those partitions, which clients retry); one the view still
-  lacks, from the znode with no leader anywhere: never a leader the view has not seen.
+- for the topics found, it waits up to CATCH_UP_S for the view to show them with the
+  state of every partition (a leader, unless none of its replicas is alive), so the
+  answer is the full one (leaders, ISR, replicas) every broker gives a moment later;
+- a partition still without a state then is answered as the view has it
+  (LEADER_NOT_AVAILABLE, which clients retry); a topic the view still lacks, from the
+  znode with no leader anywhere: never a leader the view has not seen.
 
 Name misses are not remembered: a remembered miss would answer "no such topic" for a
 name created through another broker since (the very case handled here), and a miss
@@ -45,16 +45,21 @@ CATCH_UP_POLL_S = 0.01  # the metadata watcher updates the view between two look
 FIND_NAMES_MAX = 64
 
 
+def _stateless(tv: TopicView) -> bool:
+    """A partition whose state the view has not read yet: no leader at leader epoch -1
+    (the controller has not elected one; a partition gone offline keeps its epoch, and
+    is answered as it is)."""
+    return any(p.leader < 0 and p.leader_epoch < 0 for p in tv.partitions)
+
+
 def _settled(tv: TopicView | None) -> bool:
-    return tv is not None and all(p.leader >= 0 for p in tv.partitions)
+    return tv is not None and not _stateless(tv)
 
 
 def unsettled(broker: Broker, tv: TopicView) -> bool:
     """Whether a handler should hand a topic its view has to `catch_up` all the same: in
-    a cluster, a partition whose state has not been read yet (no leader at leader epoch
-    -1: the controller has not elected one; a partition gone offline keeps its epoch)."""
-    return broker.replicas.cluster and any(
-        p.leader < 0 and p.leader_epoch < 0 for p in tv.partitions)
+    a cluster, one with a partition whose state the view has not read yet."""
+    return broker.replicas.cluster and _stateless(tv)
 
 
 def leaderless_view(name: str, found: FoundTopic) -> TopicView:
