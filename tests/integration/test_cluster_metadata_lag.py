@@ -291,15 +291,20 @@ def test_topics_described_right_after_create(
     its own, through the broker after the creator."""
     failures: Counter[tuple[str, str]] = Counter()
     leaderless = 0
+    took: list[float] = []
     for i in range(ROUNDS):
         for creator in (1, 2, 3):
             for what in DESCRIBES:
                 name = f"lag-md-{i}-{creator}-{uuid.uuid4().hex[:6]}"
                 topic_id = _create(raws[creator], name, factor=3)
+                start = time.monotonic()
                 code = _describe(raws[creator % 3 + 1], what, name, topic_id)
+                took.append(time.monotonic() - start)
                 if code == "leaderless":
                     leaderless += 1
                 elif code != "none":
                     failures[(what, code)] += 1
-    print(f"{len(DESCRIBES) * 3 * ROUNDS} describes, {leaderless} without a leader yet")
+    took.sort()
+    print(f"{len(took)} describes, {leaderless} without a leader yet; answered in "
+          f"{took[len(took) // 2] * 1000:.0f} ms (median), {took[-1] * 1000:.0f} ms (max)")
     assert not failures, failures
