@@ -242,3 +242,18 @@ def test_a_topic_without_partition_states_is_awaited() -> None:
             for t in resp.topics] == [("gone", "unknown_topic_or_partition", []),
                                       ("new", "none", [1, 2])]
     assert truth.asked == ["gone"]
+
+
+def test_the_view_finds_a_topic_by_id_through_its_index() -> None:
+    """`ClusterMetadata.topic_by_id` (each Metadata by id asks it) follows `set_topic`:
+    a topic recreated under a new id is not found by the old one, a deleted one by
+    neither."""
+    md = ClusterMetadata(1, "PLAINTEXT", "cluster")
+    md.set_topic("t", _assignment("t", NEW_ID))
+    got = md.topic_by_id(NEW_ID)
+    assert got is not None and got.name == "t"
+    md.set_topic("t", _assignment("t", UNKNOWN_ID))
+    assert md.topic_by_id(NEW_ID) is None
+    assert (got := md.topic_by_id(UNKNOWN_ID)) is not None and got.topic_id == UNKNOWN_ID
+    md.set_topic("t", None)
+    assert md.topic_by_id(UNKNOWN_ID) is None and md.topic_by_id(NEW_ID) is None
