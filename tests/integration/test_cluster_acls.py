@@ -241,3 +241,39 @@ def test_refused_topics_cost_no_zookeeper_reads(
     finally:
         admin.close()
         alice.close()
+
+
+def test_refused_descriptions_cost_no_zookeeper_reads(
+        secured: tuple[Cluster, dict[int, int]]) -> None:
+    """Metadata and DescribeTopicPartitions naming topics alice may not DESCRIBE are
+    refused before a topic this broker has not seen is looked up in ZooKeeper (a topic
+    created through another broker moments ago, handlers/new_topics.py); names she may
+    describe are looked up (a read of each znode) and answered
+    UNKNOWN_TOPIC_OR_PARTITION."""
+    c, sasl = secured
+    admin, alice = login(sasl[1], "admin"), login(sasl[1], "alice")
+    try:
+        created = admin.call(30, 3, {"creations": [_acl(8, "md-allowed-", 4)]})
+        assert [int(r.error_code) for r in created.results] == [0]
+
+        def describe(names: list[str]) -> tuple[set[str], int]:
+            before = _zk_received(c)
+            md = alice.call(3, 12, {"topics": [{"name": n} for n in names],
+                                    "allow_auto_topic_creation": False})
+            dtp = alice.call(75, 0, {"topics": [{"name": n} for n in names],
+                                     "response_partition_limit": 2000, "cursor": None})
+            return ({str(t.error_code.name) for t in [*md.topics, *dtp.topics]},
+                    _zk_received(c) - before)
+
+        allowed = [f"md-allowed-{i}" for i in range(50)]
+        wait_for("broker 1 to apply the ACL",
+                 lambda: describe(allowed[:1])[0] == {"unknown_topic_or_partition"}, 10)
+        codes, denied_reads = describe([f"md-denied-{i}" for i in range(50)])
+        assert codes == {"topic_authorization_failed"}
+        codes, allowed_reads = describe(allowed)
+        assert codes == {"unknown_topic_or_partition"}
+        # 2 x 50 reads for the allowed names; only the brokers' own traffic otherwise
+        assert allowed_reads >= 100 and denied_reads < 30, (allowed_reads, denied_reads)
+    finally:
+        admin.close()
+        alice.close()

@@ -15,9 +15,10 @@ the `TopicAdmin` port; they never touch the `LogManager` or ZooKeeper themselves
 to. A cluster broker's metadata cache follows ZooKeeper a few milliseconds late, and
 clients use a topic through any broker right after creating it through one: handlers
 whose answer is only "does the topic (or partition) exist" ask the port when their cache
-says no (handlers/common.py's `partition_counts` and `topic_names`), and
-CreatePartitions counts the partitions it extends from the znode it rewrites, as
-Kafka's ZooKeeper-mode broker does.
+says no (handlers/common.py's `partition_counts` and `topic_names`), handlers that
+describe a topic (Metadata, DescribeTopicPartitions) ask it too and then wait for their
+cache (handlers/new_topics.py), and CreatePartitions counts the partitions it extends
+from the znode it rewrites, as Kafka's ZooKeeper-mode broker does.
 
 Topic config overrides (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs on a
 topic) go through the same port: embedded, the local topics file; in a cluster,
@@ -55,6 +56,8 @@ class FoundTopic(NamedTuple):
 
     topic_id: uuid.UUID
     partitions: int
+    # each partition's replicas, by index, where the truth says (a cluster's znode)
+    replicas: tuple[tuple[int, ...], ...] = ()
 
 
 class TopicAdmin(Protocol):

@@ -105,7 +105,7 @@ def test_a_partition_the_cache_lacks_is_looked_up() -> None:
 def test_find_topic_reads_the_znode() -> None:
     zk = FakeZk({"t": _assignment(3)})
     admin = ClusterTopicAdmin(zk, 3)  # type: ignore[arg-type]
-    assert asyncio.run(admin.find_topic("t")) == FoundTopic(TOPIC_ID, 3)
+    assert asyncio.run(admin.find_topic("t")) == FoundTopic(TOPIC_ID, 3, ((1,),) * 3)
     assert asyncio.run(admin.find_topic("nope")) is None
 
 

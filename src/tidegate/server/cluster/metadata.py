@@ -71,7 +71,8 @@ class ClusterMetadata:
         self._cluster_id = cluster_id
         self._controller_id = -1
         self.brokers_info: dict[int, BrokerInfo] = {}
-        self.topics: dict[str, TopicAssignment] = {}
+        self.topics: dict[str, TopicAssignment] = {}  # written through set_topic only
+        self._names: dict[uuid.UUID, str] = {}  # topic id -> name, as `topics` has them
         self.states: dict[TopicPartition, VersionedState] = {}
         self._views: dict[str, TopicView] = {}
 
@@ -142,10 +143,8 @@ class ClusterMetadata:
         return view
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicView | None:
-        for name, assignment in list(self.topics.items()):
-            if assignment.topic_id == topic_id:
-                return self.topic(name)
-        return None
+        name = self._names.get(topic_id)
+        return None if name is None else self.topic(name)
 
     # -- updates (MetadataWatcher) ------------------------------------------------------
 
@@ -157,12 +156,17 @@ class ClusterMetadata:
         self._views.clear()  # leaders and offline replicas depend on who is alive
 
     def set_topic(self, name: str, assignment: TopicAssignment | None) -> None:
+        old = self.topics.get(name)
+        if old is not None and old.topic_id is not None:
+            self._names.pop(old.topic_id, None)
         if assignment is None:
             self.topics.pop(name, None)
             for tp in [tp for tp in self.states if tp[0] == name]:
                 del self.states[tp]
         else:
             self.topics[name] = assignment
+            if assignment.topic_id is not None:
+                self._names[assignment.topic_id] = name
         self._views.pop(name, None)
 
     def set_state(self, tp: TopicPartition, vs: VersionedState | None) -> bool:

@@ -243,7 +243,8 @@ class ClusterTopicAdmin:
             return None
         if topic.topic_id is None:
             return None  # the cache does not show a topic without an id either
-        return FoundTopic(topic.topic_id, len(topic.partitions))
+        return FoundTopic(topic.topic_id, len(topic.partitions),
+                          tuple(tuple(topic.partitions[p]) for p in sorted(topic.partitions)))
 
     async def find_topic_ids(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
         """Ids the metadata cache lacks, looked for among the topic znodes of the topics

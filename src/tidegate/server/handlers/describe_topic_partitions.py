@@ -11,7 +11,9 @@ partition 0 when the limit fell on a topic's end and topics remain).
 
 A named topic the principal may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED (always
 answered, first), an unknown one UNKNOWN_TOPIC_OR_PARTITION where it falls in the
-order, before the limit cuts the list; neither uses up the limit. A negative cursor partition
+order, before the limit cuts the list; neither uses up the limit. In a cluster, a named
+topic this broker's view lacks is looked up in ZooKeeper and awaited before it is called
+unknown (handlers/new_topics.py). A negative cursor partition
 is INVALID_REQUEST on every named topic (Kafka's error response to an
 InvalidRequestException). Every topic
 carries its authorized operations (there is no flag to ask for them). The KIP-966
@@ -33,6 +35,7 @@ from tidegate.server.broker import Broker
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID
 from tidegate.server.handlers.metadata import partition_payload
+from tidegate.server.handlers.new_topics import catch_up, unsettled
 from tidegate.server.handlers.operations import TOPIC_OPS
 from tidegate.server.metadata_view import TopicView
 
@@ -90,8 +93,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         ok = set(allowed)
         topics += [_error_topic(n, ErrorCode.topic_authorization_failed)
                    for n in names if n not in ok]
+    # a named topic this broker has not seen yet (in a cluster, created through another
+    # broker moments ago) is looked up and awaited, once the ACLs allow it
+    late = {} if list_all else await catch_up(
+        broker, [n for n in allowed if (tv := md.topic(n)) is None or unsettled(broker, tv)])
     for name in allowed:
-        tv = md.topic(name)
+        tv = late.get(name) or md.topic(name)
         if tv is None:
             if not list_all:
                 topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
