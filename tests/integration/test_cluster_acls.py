@@ -17,7 +17,7 @@ import json
 import os
 import re
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import scramp  # type: ignore[import-untyped]
@@ -204,6 +204,20 @@ def _zk_received(c: Cluster) -> int:
     return int(found.group(1))
 
 
+def _refusals_read_nothing(call: Callable[[list[str]], tuple[set[str], int]],
+                           allowed: list[str], denied: list[str]) -> None:
+    """`call(names)` -> (error codes, ZooKeeper packets received meanwhile): the denied
+    names are refused without a read, the allowed ones (unknown topics) cost at least
+    100 reads; only the brokers' own traffic otherwise."""
+    wait_for("broker 1 to apply the ACLs",
+             lambda: call(allowed[:1])[0] == {"unknown_topic_or_partition"}, 10)
+    codes, denied_reads = call(denied)
+    assert codes == {"topic_authorization_failed"}
+    codes, allowed_reads = call(allowed)
+    assert codes == {"unknown_topic_or_partition"}
+    assert allowed_reads >= 100 and denied_reads < 30, (allowed_reads, denied_reads)
+
+
 def test_refused_topics_cost_no_zookeeper_reads(
         secured: tuple[Cluster, dict[int, int]]) -> None:
     """OffsetCommit naming topics alice may not READ is refused before any topic is
@@ -229,15 +243,8 @@ def test_refused_topics_cost_no_zookeeper_reads(
             return ({str(t.partitions[0].error_code.name) for t in r.topics},
                     _zk_received(c) - before)
 
-        allowed = [f"zk-allowed-{i}" for i in range(100)]
-        wait_for("broker 1 to apply the ACLs",
-                 lambda: commit(allowed[:1])[0] == {"unknown_topic_or_partition"}, 10)
-        codes, denied_reads = commit([f"zk-denied-{i}" for i in range(100)])
-        assert codes == {"topic_authorization_failed"}
-        codes, allowed_reads = commit(allowed)
-        assert codes == {"unknown_topic_or_partition"}
-        # ~100 reads for the allowed names; only the brokers' own traffic otherwise
-        assert allowed_reads >= 100 and denied_reads < 30, (allowed_reads, denied_reads)
+        _refusals_read_nothing(commit, [f"zk-allowed-{i}" for i in range(100)],
+                               [f"zk-denied-{i}" for i in range(100)])
     finally:
         admin.close()
         alice.close()
@@ -265,15 +272,9 @@ def test_refused_descriptions_cost_no_zookeeper_reads(
             return ({str(t.error_code.name) for t in [*md.topics, *dtp.topics]},
                     _zk_received(c) - before)
 
-        allowed = [f"md-allowed-{i}" for i in range(50)]
-        wait_for("broker 1 to apply the ACL",
-                 lambda: describe(allowed[:1])[0] == {"unknown_topic_or_partition"}, 10)
-        codes, denied_reads = describe([f"md-denied-{i}" for i in range(50)])
-        assert codes == {"topic_authorization_failed"}
-        codes, allowed_reads = describe(allowed)
-        assert codes == {"unknown_topic_or_partition"}
-        # 2 x 50 reads for the allowed names; only the brokers' own traffic otherwise
-        assert allowed_reads >= 100 and denied_reads < 30, (allowed_reads, denied_reads)
+        # 2 x 50 reads for the allowed names (Metadata and DescribeTopicPartitions)
+        _refusals_read_nothing(describe, [f"md-allowed-{i}" for i in range(50)],
+                               [f"md-denied-{i}" for i in range(50)])
     finally:
         admin.close()
         alice.close()
