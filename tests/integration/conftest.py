@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +158,31 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[Any]:
+    """One local[2] SparkSession, with ``format("tidegate")`` registered, for the serial
+    lane's modules that run Spark jobs in this process (test_spark, and the restarts of
+    test_spark_failures). Its JVM start and its first jobs' warm-up (Spark's Python
+    daemons, the JIT) cost ~30 s on a loaded 2-core machine: paid once per run, not per
+    module. Each test's queries have topics and checkpoints of their own; the session
+    stops at the end of the run."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    from tidegate.spark import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2]").appName("tidegate-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.extraJavaOptions", SPARK_TEST_JVM_OPTIONS)
+               .getOrCreate())
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()

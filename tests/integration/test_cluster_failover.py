@@ -143,8 +143,9 @@ def test_min_insync_replicas_refuses_writes_when_too_few(tmp_path: Path, acks: s
         c.kill(2)
         c.kill(3)
         errors: list[str] = []
+        # refused (or unanswered) until the message times out: 4 s of retries show it
         p = Producer({"bootstrap.servers": c.brokers[1].bootstrap, "acks": acks,
-                      "message.timeout.ms": 8000, "retries": 1000})
+                      "message.timeout.ms": 4000, "retries": 1000})
 
         def cb(err: object, _msg: object) -> None:
             errors.append(str(err) if err is not None else "ok")

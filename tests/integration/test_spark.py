@@ -8,7 +8,6 @@ expected rows are computed from what the writers committed, not from a Tidegate 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +18,9 @@ pytest.importorskip("pyspark")
 from confluent_kafka import Producer as CProducer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from tests.integration.conftest import SPARK_TEST_JVM_OPTIONS, BrokerProcess
+from tests.integration.conftest import BrokerProcess
 
 from tidegate.client import Admin, NewTopic, Producer
-from tidegate.spark import register
 from tidegate.spark.stream_writer import TidegateStreamWriter, TwoPhaseCommitRefusedError
 
 pytestmark = pytest.mark.interop
@@ -42,20 +40,10 @@ def sbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("tidegate-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.extraJavaOptions", SPARK_TEST_JVM_OPTIONS)
-               .getOrCreate())
-    register(session)
-    try:
-        yield session
-    finally:
-        session.stop()
+def spark(spark_session: SparkSession) -> SparkSession:
+    # the run's one SparkSession (conftest.py): test_spark_failures restarts its killed
+    # drivers' queries in it
+    return spark_session
 
 
 def _delivered(err: object, msg: object) -> None:
