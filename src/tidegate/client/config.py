@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from tidegate.assignors import lookup as lookup_assignor
 from tidegate.client.errors import ConfigError
 
 __all__ = ["AdminConfig", "ClientConfig", "ConfigError", "ConsumerConfig", "ProducerConfig",
@@ -149,7 +148,11 @@ def _mechanism(key: str, value: object) -> str | None:
 
 
 def _assignors(key: str, value: object) -> tuple[str, ...]:
-    """partition.assignment.strategy: protocol or Java class names, in preference order."""
+    """partition.assignment.strategy: protocol or Java class names, in preference order.
+    The assignors are imported here, on first use, not with the module: producer and
+    admin configs (and `tidegate` commands) never need them."""
+    from tidegate.assignors import lookup as lookup_assignor
+
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not items:
         raise ConfigError(f"{key} must list assignors, e.g. range,cooperative-sticky")

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from tidegate.common.errors import KafkaError, OffsetOutOfRangeError
 
 __all__ = [
+    "AuthenticationError",
     "ClientClosedError",
     "ConfigError",
     "FatalProducerError",
@@ -30,6 +31,7 @@ __all__ = [
     "ProducerFencedError",
     "ProtocolError",
     "RequestTimedOutError",
+    "SslHandshakeError",
     "TransactionAbortableError",
     "TransactionAbortedError",
     "explain",
@@ -65,6 +67,26 @@ class KafkaTimeoutError(KafkaError):
 
 class ProtocolError(KafkaConnectionError):
     """The broker sent bytes that do not match the protocol (bad frame, wrong id)."""
+
+
+class AuthenticationError(KafkaError):
+    """The broker refused this client's credentials (Kafka's AuthenticationException).
+    Not retriable: trying again with the same password cannot succeed."""
+
+    code = ErrorCode.sasl_authentication_failed
+
+    @property
+    def retriable(self) -> bool:
+        return False
+
+
+class SslHandshakeError(AuthenticationError):
+    """The TLS handshake failed: an untrusted or mismatched certificate, or a broker
+    that does not speak TLS on that port (Kafka's SslAuthenticationException)."""
+
+    @property
+    def name(self) -> str:
+        return "SSL_HANDSHAKE_FAILED"
 
 
 class ClientClosedError(RuntimeError):

@@ -14,7 +14,7 @@ and reconnects with exponential backoff from ``reconnect.backoff.ms`` to
 
 On a secured listener (``security.protocol`` SSL, SASL_PLAINTEXT or SASL_SSL) opening
 a connection also does the TLS handshake and, after ApiVersions, the SASL login
-(client/security.py). A refused login or an untrusted certificate is an
+(client/security.py, imported only then). A refused login or an untrusted certificate is an
 `AuthenticationError`, never retried. When the broker limits the SASL session
 (``connections.max.reauth.ms``), a connection is retired at 85% of its lifetime, as
 Kafka's clients re-authenticate between 85% and 95%: new requests open a fresh
@@ -30,28 +30,26 @@ import random
 import ssl
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidegate import __version__
 from tidegate.client.config import ClientConfig
 from tidegate.client.connection import API_VERSIONS, ClientConnection, negotiate_versions
 from tidegate.client.errors import (
+    AuthenticationError,
     KafkaConnectionError,
     ProtocolError,
     RequestTimedOutError,
-)
-from tidegate.client.security import (
-    AuthenticationError,
-    ClientSecurity,
     SslHandshakeError,
-    describe_tls_failure,
-    sasl_login,
 )
 from tidegate.client.stream import ResponseStream
 from tidegate.client.tasks import cancel_and_wait
 from tidegate.client.types import BrokerInfo
 from tidegate.common.errors import KafkaError, UnsupportedVersionError, error_for_code
 from tidegate.protocol.messages import build, request_class
+
+if TYPE_CHECKING:
+    from tidegate.client.security import ClientSecurity
 
 __all__ = ["BrokerConnection", "NetworkClient", "parse_address"]
 
@@ -104,7 +102,9 @@ class BrokerConnection:
                                        host, port, ssl=tls,
                                        server_hostname=host if tls else None),
                 connect_timeout_ms / 1000)
-        except ssl.SSLError as e:
+        except ssl.SSLError as e:  # only with TLS, so client.security is loaded
+            from tidegate.client.security import describe_tls_failure
+
             raise SslHandshakeError(describe_tls_failure(e, f"{host}:{port}")) from e
         except (TimeoutError, OSError) as e:
             if isinstance(e, TimeoutError):
@@ -119,6 +119,8 @@ class BrokerConnection:
         try:
             await conn._negotiate()
             if security is not None and security.sasl is not None:
+                from tidegate.client.security import sasl_login
+
                 lifetime_ms = await sasl_login(conn, security.sasl)
                 if lifetime_ms > 0:
                     conn.retire_at = time.monotonic() + 0.85 * lifetime_ms / 1000
@@ -300,13 +302,23 @@ class BrokerConnection:
             await self._writer.wait_closed()
 
 
+def _security(config: ClientConfig) -> ClientSecurity | None:
+    """TLS and SASL settings, or None for PLAINTEXT (client.security is then never
+    imported: it and the SASL library it uses cost a client's start ~0.1 s)."""
+    if config.security_protocol == "PLAINTEXT":
+        return None
+    from tidegate.client.security import ClientSecurity
+
+    return ClientSecurity.from_config(config)
+
+
 class NetworkClient:
     """Connections to the cluster's brokers by node id, with reconnect backoff."""
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         self.bootstrap = [parse_address(a) for a in config.bootstrap_servers]
-        self.security = ClientSecurity.from_config(config)
+        self.security = _security(config)
         self._retiring: set[asyncio.Task[None]] = set()
         self.nodes: dict[int, BrokerInfo] = {}
         self._conns: dict[object, BrokerConnection] = {}

@@ -12,7 +12,11 @@ ScramLoginModule line).
 `SaslClient` is the sans-IO mechanism: tokens in, tokens out. PLAIN is one token;
 SCRAM-SHA-256/512 is client-first, server-first, client-final, server-final, run by
 the `scramp` library (the same one the broker uses), which also checks the server's
-signature, so a broker that does not know the password cannot pass itself off.
+signature, so a broker that does not know the password cannot pass itself off; it is
+imported on the first SCRAM login (it costs ~90 ms). The whole module is imported only
+by a client whose ``security.protocol`` is not PLAINTEXT (`net.NetworkClient`).
+`AuthenticationError` and `SslHandshakeError` live in client/errors.py (re-exported
+here) so that catching them does not need this module.
 `sasl_login` drives it over a `BrokerConnection` with SaslHandshake v1 and
 SaslAuthenticate v2, after ApiVersions, as Kafka's clients do.
 
@@ -30,12 +34,11 @@ import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import scramp  # type: ignore[import-untyped]
 from kio.schema.errors import ErrorCode
 
 from tidegate.client.config import ClientConfig
-from tidegate.client.errors import ConfigError
-from tidegate.common.errors import InvalidConfigError, KafkaError
+from tidegate.client.errors import AuthenticationError, ConfigError, SslHandshakeError
+from tidegate.common.errors import InvalidConfigError
 from tidegate.common.security_config import SASL_MECHANISMS, parse_jaas
 
 if TYPE_CHECKING:
@@ -54,26 +57,6 @@ SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 _TLS = ("SSL", "SASL_SSL")
 _SASL = ("SASL_PLAINTEXT", "SASL_SSL")
-
-
-class AuthenticationError(KafkaError):
-    """The broker refused this client's credentials (Kafka's AuthenticationException).
-    Not retriable: trying again with the same password cannot succeed."""
-
-    code = ErrorCode.sasl_authentication_failed
-
-    @property
-    def retriable(self) -> bool:
-        return False
-
-
-class SslHandshakeError(AuthenticationError):
-    """The TLS handshake failed: an untrusted or mismatched certificate, or a broker
-    that does not speak TLS on that port (Kafka's SslAuthenticationException)."""
-
-    @property
-    def name(self) -> str:
-        return "SSL_HANDSHAKE_FAILED"
 
 
 @dataclass(frozen=True)
@@ -165,12 +148,16 @@ class SaslClient:
         if c.mechanism == "PLAIN":
             self.done = True  # the broker's answer is the whole verdict
             return b"\0" + c.username.encode() + b"\0" + c.password.encode()
+        import scramp  # type: ignore[import-untyped]  # ~90 ms: only for SCRAM logins
+
         self._scram = scramp.ScramClient([c.mechanism], c.username, c.password)
         return str(self._scram.get_client_first()).encode()
 
     def step(self, server_token: bytes) -> bytes | None:
         """Feed the broker's token; the next one to send, or None when finished.
         AuthenticationError if the broker's SCRAM messages do not check out."""
+        import scramp  # already imported by `first()`
+
         try:
             if self._step == 0:
                 self._step = 1

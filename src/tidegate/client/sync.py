@@ -4,7 +4,9 @@ Each facade owns a private event loop running in a daemon thread (`LoopThread`) 
 runs the very same async client code there, so scripts, notebooks and Spark executors
 get Kafka's behaviour without writing asyncio. Methods block the calling thread until
 the loop thread has the answer. `Producer` lives in `producer/blocking.py` (its `send`
-appends in the caller's thread, see there); `Consumer` and `Admin` are here.
+appends in the caller's thread, see there); `Consumer` and `Admin` are here. `Admin`
+imports the admin modules when the first one is made, so producers and consumers
+never load them.
 
 `Consumer.poll` (and `poll_batches`, `poll_columns`) usually does not go there and
 back: the loop thread drains the next polls ahead and the caller takes one on its own
@@ -20,9 +22,8 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
-from tidegate.client.admin import AsyncAdmin
 from tidegate.client.config import AdminConfig, ConsumerConfig
 from tidegate.client.consumer.blocking import CallbackPump, poll_timeout_ms
 from tidegate.client.consumer.columns import ColumnSlice
@@ -32,7 +33,6 @@ from tidegate.client.consumer.group_offsets import OffsetAndMetadata
 from tidegate.client.consumer.staging import StagedPolls
 from tidegate.client.loop_thread import LoopThread
 from tidegate.client.producer.blocking import MAX_QUEUED, Producer
-from tidegate.client.scram_admin import ScramCredentialInfo, ScramUpsertion
 from tidegate.client.types import (
     ClusterDescription,
     ConfigEntry,
@@ -49,6 +49,10 @@ from tidegate.client.types import (
 )
 from tidegate.common.errors import KafkaError
 from tidegate.records.record import Record
+
+if TYPE_CHECKING:
+    from tidegate.client.admin import AsyncAdmin
+    from tidegate.client.scram_admin import ScramCredentialInfo, ScramUpsertion
 
 __all__ = ["MAX_QUEUED", "Admin", "Consumer", "LoopThread", "Producer"]
 
@@ -227,7 +231,9 @@ class Admin:
 
     def __init__(self, config: AdminConfig | Mapping[str, object] | None = None,
                  **overrides: object) -> None:
-        self._async = AsyncAdmin(config, **overrides)
+        from tidegate.client.admin import AsyncAdmin  # the admin modules load on first use
+
+        self._async: AsyncAdmin = AsyncAdmin(config, **overrides)
         self.config = self._async.config
         self._loop = LoopThread("tidegate-admin")
         self._closed = False
