@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tidegate.cli.main import SUBCOMMANDS, build_parser
 
 
@@ -28,3 +30,26 @@ def test_the_whole_parser_still_lists_every_command_and_extension() -> None:
     assert set(SUBCOMMANDS) <= set(sub.choices)  # type: ignore[arg-type]
     topics = build_parser("topics").parse_args(["topics", "reassign", "--list"])
     assert topics.command == "topics"
+
+
+def test_the_overview_help_matches_the_whole_parsers_and_imports_no_command() -> None:
+    from tidegate.cli.main import overview_parser
+
+    assert overview_parser().format_help() == build_parser().format_help()
+    probe = ("import json, sys\n"
+             "from tidegate.cli.main import main\n"
+             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+             "print(json.dumps([m for m in sys.modules if m.startswith('tidegate.cli.')]))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert json.loads(out.splitlines()[-1]) == ["tidegate.cli.main"]
+
+
+def test_no_command_prints_the_overview_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    from tidegate.cli.main import main
+
+    assert main([]) == 2
+    assert "live throughput, lag and open transactions" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["bogus"])
+    assert e.value.code == 2
