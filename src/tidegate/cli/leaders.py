@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidegate.cli.command_config import add_bootstrap, client_settings
 from tidegate.cli.topics import run_client
-from tidegate.client.admin import AsyncAdmin
 from tidegate.client.config import AdminConfig
-from tidegate.client.metadata import MetadataClient
-from tidegate.client.net import NetworkClient
-from tidegate.client.partition_admin import PREFERRED, UNCLEAN, PartitionAdmin
 from tidegate.client.types import TopicPartition
 from tidegate.common.errors import ErrorCode, KafkaError
 
-TYPES = {"preferred": PREFERRED, "unclean": UNCLEAN}
+if TYPE_CHECKING:  # the admin modules are imported when a command runs, not for --help
+    from tidegate.client.net import NetworkClient
+    from tidegate.client.partition_admin import PartitionAdmin
+
+TYPES = ("preferred", "unclean")  # partition_admin.PREFERRED and UNCLEAN
 
 
 def add_parser(sub: Any) -> None:
@@ -51,6 +51,10 @@ def add_parser(sub: Any) -> None:
 
 def partition_admin(args: argparse.Namespace) -> tuple[PartitionAdmin, NetworkClient]:
     """A `PartitionAdmin` over its own connections (close the NetworkClient after)."""
+    from tidegate.client.metadata import MetadataClient
+    from tidegate.client.net import NetworkClient
+    from tidegate.client.partition_admin import PartitionAdmin
+
     config = AdminConfig.from_dict(client_settings(args, AdminConfig))
     net = NetworkClient(config)
     md = MetadataClient(net, max_age_ms=config.metadata_max_age_ms, allow_auto_create=False,
@@ -63,6 +67,8 @@ def _elect(args: argparse.Namespace) -> int:
         print("tidegate leaders elect: --partition needs --topic", file=sys.stderr)
         return 2
     kind = args.election_type.upper()
+    from tidegate.client.admin import AsyncAdmin
+    from tidegate.client.partition_admin import PREFERRED, UNCLEAN
 
     async def main() -> int:
         partitions: list[TopicPartition] | None = None
@@ -76,7 +82,8 @@ def _elect(args: argparse.Namespace) -> int:
                 partitions = [TopicPartition(args.topic, p.partition) for p in desc.partitions]
         elections, net = partition_admin(args)
         try:
-            results = await elections.elect_leaders(TYPES[args.election_type], partitions)
+            results = await elections.elect_leaders(
+                PREFERRED if args.election_type == "preferred" else UNCLEAN, partitions)
         finally:
             await net.close()
         return report(kind, results)

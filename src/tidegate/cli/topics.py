@@ -25,15 +25,17 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidegate.cli.command_config import add_bootstrap, client_settings
 from tidegate.cli.health import ids, is_offline, is_under_replicated
-from tidegate.client.admin import AsyncAdmin
 from tidegate.client.config import AdminConfig
 from tidegate.client.errors import ConfigError, explain
 from tidegate.client.types import ConfigResource, LogDirDescription, NewTopic, PartitionInfo
 from tidegate.common.errors import KafkaError
+
+if TYPE_CHECKING:  # imported when a command runs, not for `tidegate topics ... --help`
+    from tidegate.client.admin import AsyncAdmin
 
 FREE_SPACE_WARN_KEY = "log.dir.free.space.warn.bytes"
 
@@ -118,6 +120,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tidegate.client.admin import AsyncAdmin
+
     async def main() -> int:
         admin = AsyncAdmin(client_settings(args, AdminConfig,
                                            {"client.id": "tidegate-topics"}))

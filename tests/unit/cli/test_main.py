@@ -53,3 +53,15 @@ def test_no_command_prints_the_overview_and_fails(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit) as e:
         main(["bogus"])
     assert e.value.code == 2
+
+
+def test_a_command_parser_leaves_the_admin_modules_to_the_run() -> None:
+    probe = ("import json, sys\n"
+             "from tidegate.cli.main import build_parser\n"
+             "build_parser('topics').parse_args(['topics', 'list'])\n"
+             "print(json.dumps(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    loaded = set(json.loads(out.splitlines()[-1]))
+    assert "tidegate.cli.leaders" in loaded  # via topics reassign
+    assert not {m for m in loaded if m.endswith("_admin") or m.endswith(".admin")}, loaded
