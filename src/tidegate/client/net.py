@@ -104,7 +104,6 @@ class BrokerConnection:
                 connect_timeout_ms / 1000)
         except ssl.SSLError as e:  # only with TLS, so client.security is loaded
             from tidegate.client.security import describe_tls_failure
-
             raise SslHandshakeError(describe_tls_failure(e, f"{host}:{port}")) from e
         except (TimeoutError, OSError) as e:
             if isinstance(e, TimeoutError):
@@ -120,7 +119,6 @@ class BrokerConnection:
             await conn._negotiate()
             if security is not None and security.sasl is not None:
                 from tidegate.client.security import sasl_login
-
                 lifetime_ms = await sasl_login(conn, security.sasl)
                 if lifetime_ms > 0:
                     conn.retire_at = time.monotonic() + 0.85 * lifetime_ms / 1000
@@ -302,23 +300,16 @@ class BrokerConnection:
             await self._writer.wait_closed()
 
 
-def _security(config: ClientConfig) -> ClientSecurity | None:
-    """TLS and SASL settings, or None for PLAINTEXT (client.security is then never
-    imported: it and the SASL library it uses cost a client's start ~0.1 s)."""
-    if config.security_protocol == "PLAINTEXT":
-        return None
-    from tidegate.client.security import ClientSecurity
-
-    return ClientSecurity.from_config(config)
-
-
 class NetworkClient:
     """Connections to the cluster's brokers by node id, with reconnect backoff."""
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         self.bootstrap = [parse_address(a) for a in config.bootstrap_servers]
-        self.security = _security(config)
+        self.security: ClientSecurity | None = None  # PLAINTEXT: no TLS, no SASL, and
+        if config.security_protocol != "PLAINTEXT":  # client.security (~0.1 s) unloaded
+            from tidegate.client.security import ClientSecurity
+            self.security = ClientSecurity.from_config(config)
         self._retiring: set[asyncio.Task[None]] = set()
         self.nodes: dict[int, BrokerInfo] = {}
         self._conns: dict[object, BrokerConnection] = {}
