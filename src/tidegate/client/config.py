@@ -148,11 +148,8 @@ def _mechanism(key: str, value: object) -> str | None:
 
 
 def _assignors(key: str, value: object) -> tuple[str, ...]:
-    """partition.assignment.strategy: protocol or Java class names, in preference order.
-    The assignors are imported here, on first use, not with the module: producer and
-    admin configs (and `tidegate` commands) never need them."""
-    from tidegate.assignors import lookup as lookup_assignor
-
+    """partition.assignment.strategy: protocol or Java class names, in preference order."""
+    from tidegate.assignors import lookup as lookup_assignor  # only consumers load them
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not items:
         raise ConfigError(f"{key} must list assignors, e.g. range,cooperative-sticky")
