@@ -14,27 +14,25 @@ and a queued flush is dropped if the one before it, reading the log end later th
 was asked for, already reached the end (about one fsync in three under the one-record
 transaction bench was such a no-op, and the next append waited behind it).
 
-The logs whose flush starts in one loop iteration form a round, handed to a fixed set
-of flush threads together and handed back to the loop in ONE call when the last of
-them is done (server/flush_threads.py): a ThreadPoolExecutor `submit` and a
+The logs whose flush starts in one loop iteration form a round, handed to a fixed set of
+flush threads together and handed back to the loop in ONE call when the last of them is
+done (server/flush_threads.py): a ThreadPoolExecutor `submit` and a
 `call_soon_threadsafe` per log were about a tenth of the loop's time per one-record
-transaction. Below `syncfs_threshold` logs each log of a round is fsynced in a thread
-of its own, side by side as above (one thread running them one after another would add
-their latencies; a round's quickest fsync is answered with its slowest, and side by side
-they end close together). From the threshold on (`log.flush.syncfs.threshold`, `use_syncfs`; a
-Produce over 1,000 partitions) the round is made durable in one thread with one
-syncfs(2) per log directory instead of an fsync each (storage/flush_together.py: why
-that is as durable, and how a failed syncfs falls back to per-file fsyncs). Either way
-every log's waiters, recovery point and high watermark are handled one log at a time
-when the round ends, exactly as for a flush of its own, and a failed flush fails only
-its own log's waiters. The coordinators' background waits register with
-`durable_future`, a future per log, not a Task; a Produce registers ONE `DurableWaiter`
-for all its partitions (`add_waiter`: a count of partitions still to become durable and
-one future), where a future per partition and `gather` cost a done-callback and a loop
-dispatch per partition. A failed flush still fails exactly its own log's partitions of
-the request (`DurableWaiter.errors`). The next round is handed to the flush threads as
-soon as the last one has been handled, in the same loop callback, not behind the
-callbacks that round's answers scheduled.
+transaction. Below `syncfs_threshold` logs each log of a round is fsynced in a thread of
+its own, side by side as above (one thread running them in turn would add their
+latencies). From the threshold on (`log.flush.syncfs.threshold`, `use_syncfs`; a Produce
+over 1,000 partitions) the round is made durable in one thread with one syncfs(2) per
+log directory instead of an fsync each (storage/flush_together.py: why that is as
+durable, and how a failed syncfs falls back to per-file fsyncs). Either way every log's
+waiters, recovery point and high watermark are handled one log at a time when the round
+ends, exactly as for a flush of its own, and a failed flush fails only its own log's
+waiters (`DurableWaiter.errors` for a Produce's). The coordinators' background waits
+register with `durable_future`, a future per log, not a Task; a Produce registers ONE
+`DurableWaiter` for all its partitions (`add_waiter`: a count of partitions still to
+become durable and one future), where a future per partition and `gather` cost a
+done-callback and a loop dispatch per partition. The next round is handed to the flush
+threads as soon as the last one has been handled, in the same loop callback, not behind
+the callbacks that round's answers scheduled.
 
 When the flush policy is relaxed (`log.flush.interval.messages` > 1 or a
 `flush.messages` topic override), the caller does not wait; the scheduler flushes by
@@ -162,8 +160,9 @@ class GroupCommit:
         return sum(len(w) for w in self._waiters.values())
 
     def mark_dirty(self, target: Flushable) -> None:
-        self._dirty[id(target)] = target
-        self._kick(target)
+        self._dirty[key := id(target)] = target
+        if key not in self._running:  # (`_kick`'s test, inline: once per append)
+            self._kick(target)
 
     async def wait_durable(self, target: Flushable, offset: int) -> None:
         """Return once `target` is fsynced up to (not including) `offset`."""
@@ -194,24 +193,25 @@ class GroupCommit:
         return True
 
     def _register(self, target: Flushable, offset: int, wait: Wait) -> None:
-        self._waiters.setdefault(id(target), []).append(wait)
-        if offset > self._covering.get(id(target), -1):
+        key = id(target)
+        self._waiters.setdefault(key, []).append(wait)
+        if offset > self._covering.get(key, -1):
             # not covered by a flush under way (a request that only reads, e.g. KIP-890
             # verification, used to queue an fsync that found nothing new to write, and
             # the next append waited for it)
-            self._dirty[id(target)] = target
-        self._kick(target)
+            self._dirty[key] = target
+        if key not in self._running:  # (`_kick`'s test, inline)
+            self._kick(target)
 
     def _kick(self, target: Flushable) -> None:
         key = id(target)
         if key not in self._running:
             self._running.add(key)
-            # a flush round is a chain of callbacks, not a Task: under the one-record
-            # transaction bench a Task and `run_in_executor` per round were about 4 % of
-            # the event loop's time. It starts in the next loop iteration, so appends
-            # made in this one join it; the logs kicked in one iteration start in ONE
-            # callback (a Produce over 1,000 partitions kicks 1,000: a handle each was
-            # a loop dispatch per partition)
+            # a flush round is a chain of callbacks, not a Task (a Task and
+            # `run_in_executor` per round were 4 % of the loop's time per one-record
+            # transaction). It starts in the next loop iteration, so appends made in this
+            # one join it; the logs kicked in one iteration start in ONE callback (not a
+            # loop dispatch per partition of a Produce over 1,000 partitions)
             self._kicked.append(target)
             if len(self._kicked) == 1:
                 asyncio.get_running_loop().call_soon(self._start_kicked)
@@ -247,14 +247,14 @@ class GroupCommit:
         key = id(target)
         while self._dirty.pop(key, None) is not None:
             point = target.recovery_point
-            if point >= target.log_end_offset and all(
-                    w[0] <= point for w in self._waiters.get(key, ())):
+            end = target.log_end_offset  # (on the loop: no append between the reads)
+            if point >= end and all(w[0] <= point for w in self._waiters.get(key, ())):
                 # the flush that just ended read the log end after this was asked
                 # for, and covered it: another would find nothing new to write
                 self._on_flushed(target, point)
                 self._release(target)
                 continue
-            self._covering[key] = target.log_end_offset
+            self._covering[key] = end
             # flushed with the other logs that need one in this loop iteration: handed
             # to the flush threads together, and back to the loop in one call
             self._batch.append(target)

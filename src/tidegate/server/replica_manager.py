@@ -89,16 +89,17 @@ class ReplicaManager:
         self, topic: str, index: int, current_leader_epoch: int = NO_EPOCH
     ) -> Partition:
         """The partition if this broker leads it at `current_leader_epoch`; else raises."""
-        part = self.partition(topic, index)
+        part = self._partitions.get((topic, index))  # (`partition`, inline when known)
+        if part is None or part.log is not self.logs.get_log(topic, index):
+            part = self.partition(topic, index)
         if part is None:
             if self.logs.is_offline(topic, index):  # JBOD: its log dir failed
                 raise KafkaStorageError(f"{topic}-{index} is in an offline log directory")
             if self.exists is not None and self.exists(topic, index):
-                raise NotLeaderOrFollowerError(
-                    f"this broker holds no replica of {topic}-{index}")
-            raise UnknownTopicOrPartitionError(
-                f"this server does not host {topic}-{index}")
-        part.check_leader(current_leader_epoch)
+                raise NotLeaderOrFollowerError(f"this broker holds no replica of {topic}-{index}")
+            raise UnknownTopicOrPartitionError(f"this server does not host {topic}-{index}")
+        if current_leader_epoch >= 0 or not part.is_leader:  # (once per Produce partition)
+            part.check_leader(current_leader_epoch)
         return part
 
     def get_log(self, topic: str, index: int) -> Log | None:
@@ -253,9 +254,8 @@ class ReplicaManager:
             return
         if lg.syncs_every_write:
             await self.group_commit.wait_durable(lg, offset)
-            # The flush raises the recovery point in its worker thread; the flusher moves
-            # the high watermark on the loop a moment later. A waiter that found the
-            # recovery point already past it must not be answered before that move.
+            # the flush thread raised the recovery point; the flusher's move of the HW
+            # may not have run yet: the answer must not come before it
             self._advance_hw(lg, lg.recovery_point)
 
     def durable_future(self, lg: Log, offset: int) -> asyncio.Future[None] | None:
@@ -265,19 +265,16 @@ class ReplicaManager:
         it (`_on_flushed`); None if durable already (the high watermark moved here)."""
         fut = self.group_commit.durable_future(lg, offset)
         if fut is None:
-            # the flush thread raised the recovery point; the flusher's move of the high
-            # watermark may not have run yet: the answer must not come before it
-            self._advance_hw(lg, lg.recovery_point)
+            self._advance_hw(lg, lg.recovery_point)  # as in `wait_durable`
         return fut
 
-    def add_durable_wait(self, waiter: DurableWaiter, slot: int, lg: Log, offset: int) -> bool:
-        """`durable_future` for one partition of a request that waits on many: counted
-        in `waiter` (its one future; a failed fsync lands in `waiter.errors[slot]`).
-        False if durable already (the high watermark moved here)."""
-        if self.group_commit.add_waiter(waiter, slot, lg, offset):
-            return True
-        self._advance_hw(lg, lg.recovery_point)  # as in `durable_future`
-        return False
+    def add_durable_waits(self, waiter: DurableWaiter, waits: Sequence[tuple[Log, int]]) -> None:
+        """`durable_future` for a request's (log, offset) pairs, counted in `waiter` (a
+        failed fsync of `waits[i]`'s log lands in `waiter.errors[i]`) unless durable."""
+        add = self.group_commit.add_waiter
+        for slot, (lg, offset) in enumerate(waits):
+            if not add(waiter, slot, lg, offset):
+                self._advance_hw(lg, lg.recovery_point)  # as in `durable_future`
 
     async def wait_committed(self, part: Partition, offset: int,
                              timeout: float | None = None) -> ErrorCode:
@@ -309,17 +306,18 @@ class ReplicaManager:
             self._advance_hw(target, recovery_point)
 
     def _advance_hw(self, lg: Log, hw: int) -> None:
-        part = self._by_log.get(id(lg))
         if self.cluster:
             # a leader's HW is the ISR's (Leadership); a follower's comes from its leader
+            part = self._by_log.get(id(lg))
             if (part is not None and part.leadership is not None
                     and part.leadership.on_leader_progress()):
                 self._notify(part.tp)
-            return
         # clamps to the log end; also moves the LSO. No fetch long-polling: nothing to
-        # wake (a flush round ends here once per log: no tuple and call per log then)
-        if lg.update_high_watermark(hw) and part is not None and self._watchers:
-            self._notify(part.tp)
+        # wake (a flush round ends here once per log: no lookup, tuple or call then)
+        elif lg.update_high_watermark(hw) and self._watchers:
+            part = self._by_log.get(id(lg))
+            if part is not None:
+                self._notify(part.tp)
 
     # -- ISR changes (cluster) --------------------------------------------------------
 

@@ -109,7 +109,8 @@ class AppendingLog(LogState):
         """
         now = self._clock.now_ms() if now_ms is None else now_ms
         cfg = self._config
-        view = memoryview(data).cast("B") if isinstance(data, memoryview) else data
+        # a view is only read (written as it is, or copied): read-only bytes from here on
+        view = data.toreadonly().cast("B") if isinstance(data, memoryview) else data
         # A Produce's usual partition data, one whole batch, is checked in one step
         # (`check_produce_batch`); anything else by the general steps
         one = check_produce_batch(view, cfg) if single_batch else None
@@ -181,7 +182,8 @@ class AppendingLog(LogState):
             return self._append(buf, found, now, leader_epoch, from_client=True,
                                 records=checked, guard=guard, advance_hw=advance_hw)
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()  # raises
             psm = self._producers
             if header.producer_id >= 0:
                 dup = psm.validate(
@@ -205,8 +207,10 @@ class AppendingLog(LogState):
                                                           decompressed_limit(cfg)))
                            if n else NO_TIMESTAMPS]
                 check_timestamps([header], now, cfg, records)
-            head, last = stamp_header(buf, 0, self._segs.active.next_offset, leader_epoch)
-            seg = self._maybe_roll(len(buf), last.max_timestamp, last.last_offset, now)
+            seg = self._segs.segments[-1]  # the active segment, unless rolled now
+            head, last = stamp_header(buf, 0, seg.next_offset, leader_epoch)
+            if seg.should_roll(len(buf), last.max_timestamp, last.last_offset, now):
+                seg = self._maybe_roll(len(buf), last.max_timestamp, last.last_offset, now)
             seg.append_batch(head, buf[HEADER_SIZE:], last)
             # From here nothing may fail (see `_append`). A client's batch is never a
             # marker: it completes no transaction.
