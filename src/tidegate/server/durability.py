@@ -97,10 +97,7 @@ def _answer(fut: asyncio.Future[None] | DurableWaiter, slot: int,
     if isinstance(fut, DurableWaiter):
         fut._done(slot, error)
     elif not fut.done():
-        if error is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(error)
+        fut.set_result(None) if error is None else fut.set_exception(error)
 
 
 class GroupCommit:
@@ -354,7 +351,10 @@ class GroupCommit:
                 self._dirty[key] = target
                 return 0
             del self._waiters[key]
-            _answer(fut, slot, None)
+            if isinstance(fut, DurableWaiter):  # (`_answer`, inline: a Produce's wait)
+                fut._done(slot, None)
+            else:
+                _answer(fut, slot, None)
             return 1
         keep = []
         released = 0

@@ -36,7 +36,14 @@ from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
-from tidegate.records.batch import HEADER_SIZE, BatchHeader, stamp_header, validate_batch
+from tidegate.records.batch import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    stamp_header,
+    validate_batch,
+)
 from tidegate.records.control import ControlType
 from tidegate.storage.errors import RecordListTooLargeError
 from tidegate.storage.log_state import LogState
@@ -130,7 +137,7 @@ class AppendingLog(LogState):
             # is built only if a timestamp looks out of range: `_append_one`)
             if (scan is not None and scan[2] < 0 and not (scan[3] and cfg.compact)
                     and scan[0] is not None and scan[1] is not None
-                    and not header.compression and not header.timestamp_type
+                    and not header.attributes & (COMPRESSION_MASK | TIMESTAMP_TYPE_MASK)
                     and not cfg.log_append_time):
                 return self._append_one(
                     view if isinstance(view, memoryview) and view.readonly
@@ -209,8 +216,9 @@ class AppendingLog(LogState):
                 check_timestamps([header], now, cfg, records)
             seg = self._segs.segments[-1]  # the active segment, unless rolled now
             head, last = stamp_header(buf, 0, seg.next_offset, leader_epoch)
-            if seg.should_roll(len(buf), last.max_timestamp, last.last_offset, now):
-                seg = self._maybe_roll(len(buf), last.max_timestamp, last.last_offset, now)
+            last_offset = last.base_offset + last.last_offset_delta  # (not the property)
+            if seg.should_roll(len(buf), last.max_timestamp, last_offset, now):
+                seg = self._maybe_roll(len(buf), last.max_timestamp, last_offset, now)
             seg.append_batch(head, buf[HEADER_SIZE:], last)
             # From here nothing may fail (see `_append`). A client's batch is never a
             # marker: it completes no transaction.
@@ -218,9 +226,9 @@ class AppendingLog(LogState):
             if leader_epoch is not None:
                 self._note_epochs((last,))
             if advance_hw:
-                self._advance_hw_locked(last.last_offset + 1)
+                self._advance_hw_locked(last_offset + 1)
             lso = self._log_start_offset
-        return AppendInfo(last.base_offset, last.last_offset, -1, lso, last.max_timestamp,
+        return AppendInfo(last.base_offset, last_offset, -1, lso, last.max_timestamp,
                           last.records_count, [last])
 
     def append_control(

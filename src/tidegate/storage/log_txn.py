@@ -47,7 +47,7 @@ class TransactionalLog(LogState):
 
     def _advance_hw_locked(self, offset: int) -> bool:
         """`update_high_watermark` under the lock (also `append(advance_hw=True)`)."""
-        offset = min(offset, self._segs.active.next_offset)
+        offset = min(offset, self._segs.segments[-1].next_offset)  # (the active segment's)
         if offset <= self._high_watermark:
             return False
         self._high_watermark = offset
