@@ -268,8 +268,9 @@ class GroupCommit:
                 moved = False
         for target, outcome in zip(rnd.logs, rnd.results, strict=True):
             try:
-                self._flush_done(target, took, outcome if isinstance(outcome, BaseException)
-                                 else None, moved)
+                self._flush_done(target, took, None if moved  # (then none failed)
+                                 else outcome if isinstance(outcome, BaseException) else None,
+                                 moved)
             except BaseException as bug:  # the others' waiters still get their answer
                 raised = raised or bug
         if self._batch:
