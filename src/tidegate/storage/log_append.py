@@ -20,8 +20,11 @@ A Produce's usual partition data, one whole uncompressed CreateTime batch
 (`validation.check_produce_batch`), the same steps in the same order without the
 general path's lists and loops, the timestamps decided inline when all are in range
 (`check_timestamps` decides otherwise), and with `advance_hw` the high watermark moved
-in the same hold of the lock. A Produce over 1,000 partitions makes 1,000 appends:
-these layers were most of its CPU (docs/benchmarks.md).
+in the same hold of the lock. Its producer check is the general one
+(`ProducerStateManager.validate`, i.e. `producer_rules.classify`), never a mirror of it:
+tests/unit/storage/test_append_fast_path_producers.py pins its answers to `classify`.
+A Produce over 1,000 partitions makes 1,000 appends: these layers were most of its CPU
+(docs/benchmarks.md).
 
 An append is all or nothing: it is the producer-state invariant of `log`'s module
 docstring, kept by doing everything that can fail (validation, the roll, the `.log`
