@@ -18,7 +18,7 @@ schedules a flush round) unless `--relaxed` (flush.messages=1000000). The target
 interleaved, `--pairs` times each, in a rotating order.
 
     .venv/bin/python bench/produce_inproc.py [--partitions 1,100,1000] [--rounds 7]
-        [--pairs 3] [--records 1] [--relaxed] [--tree /work/main]
+        [--pairs 3] [--records 1] [--relaxed] [--tree /work/main] [--runs]
 """
 
 from __future__ import annotations
@@ -141,6 +141,8 @@ def main() -> None:
                     help="flush.messages=1000000 (no flush round per append)")
     ap.add_argument("--tree", action="append", default=[], type=Path,
                     help="another source tree (a git worktree) to run beside this one")
+    ap.add_argument("--runs", action="store_true",
+                    help="also print each run's median (the spread behind min and median)")
     args = ap.parse_args()
     targets = [("pwritev per partition (the floor)", ROOT, "floor"),
                ("this tree", ROOT, "handler")]
@@ -164,6 +166,8 @@ def main() -> None:
             vals = runs[name]
             print(f"{n:>10}  {name:<40}{min(vals):>9.2f}{statistics.median(vals):>9.2f}"
                   f"{statistics.median(vals) / floor:>9.2f}", flush=True)
+            if args.runs:
+                print(f"{'':>12}runs: {', '.join(f'{v:.2f}' for v in vals)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -155,13 +155,30 @@ def decode(buf: Buffer, pos: int, version: int) -> tuple[ProduceRequest, int]:
             if pos + 4 > end:
                 raise ProduceDecodeError("truncated partition index")
             (index,) = _I32.unpack_from(buf, pos)
-            n, pos = _length(buf, pos + 4, end, flexible, True)
+            pos += 4
+            # a flexible length of one or two bytes (records under 16 KiB) and an empty
+            # tag section, the usual case, are read inline; the rest by `_length` and
+            # `skip_tagged_fields` (two calls more per partition)
+            b = buf[pos] if flexible and pos + 1 < end else 0x80
+            if b < 0x80:
+                n = b - 1
+                pos += 1
+            elif flexible and pos + 1 < end and buf[pos + 1] < 0x80:
+                n = ((b & 0x7F) | buf[pos + 1] << 7) - 1
+                pos += 2
+            else:
+                n, pos = _length(buf, pos, end, flexible, True)
+            if n > end - pos:
+                raise ProduceDecodeError(f"length {n} runs past the end ({end - pos} bytes left)")
             records: Buffer | None = None
             if n >= 0:
                 records = buf[pos : pos + n]
                 pos += n
             if flexible:
-                pos = skip_tagged_fields(buf, pos, end, ProduceDecodeError)
+                if pos < end and not buf[pos]:
+                    pos += 1
+                else:
+                    pos = skip_tagged_fields(buf, pos, end, ProduceDecodeError)
             parts.append(PartitionProduceData(index, records))
         if flexible:
             pos = skip_tagged_fields(buf, pos, end, ProduceDecodeError)

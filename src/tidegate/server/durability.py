@@ -4,37 +4,31 @@ After an append, the produce path calls `wait_durable(log, offset)`. Each log ha
 most one flush running at a time, in a worker thread (never on the event loop); when it
 ends, every waiter whose offset is now below that log's recovery point is woken, and if
 more data or waiters arrived meanwhile the log is flushed again. So one fsync covers
-every request waiting on that log when it starts, and logs never queue behind each other:
-a transaction's coordinator log, its data partitions and its markers are fsynced side by
-side (at most `FSYNC_THREADS` at once; the kernel merges concurrent syncs — 8 files took
-0.6 ms together against 1.3-1.8 ms one after another on the CI machine's disk). No fsync
-is queued that would find nothing new: a waiter whose offset the running flush covers
-(it was appended before that flush was handed to its thread) waits for that flush only,
+every request waiting on that log when it starts, and logs never queue behind each other
+(side by side, up to `FSYNC_THREADS` at once; the kernel merges concurrent syncs: 8
+files took 0.6 ms together against 1.3-1.8 ms in turn on the CI machine's disk). No
+fsync is queued that would find nothing new: a waiter whose offset the running flush
+covers (appended before that flush was handed to its thread) waits for that flush only,
 and a queued flush is dropped if the one before it, reading the log end later than it
-was asked for, already reached the end (about one fsync in three under the one-record
-transaction bench was such a no-op, and the next append waited behind it).
+was asked for, already reached the end (one fsync in three under the one-record
+transaction bench, and the next append waited behind it).
 
-The logs whose flush starts in one loop iteration form a round, handed to a fixed set
-of flush threads together and handed back to the loop in ONE call when the last of
-them is done (server/flush_threads.py): a ThreadPoolExecutor `submit` and a
-`call_soon_threadsafe` per log were about a tenth of the loop's time per one-record
-transaction. Below `syncfs_threshold` logs each log of a round is fsynced in a thread
-of its own, side by side as above (one thread running them one after another would add
-their latencies; a round's quickest fsync is answered with its slowest, and side by side
-they end close together). From the threshold on (`log.flush.syncfs.threshold`, `use_syncfs`; a
-Produce over 1,000 partitions) the round is made durable in one thread with one
-syncfs(2) per log directory instead of an fsync each (storage/flush_together.py: why
-that is as durable, and how a failed syncfs falls back to per-file fsyncs). Either way
-every log's waiters, recovery point and high watermark are handled one log at a time
-when the round ends, exactly as for a flush of its own, and a failed flush fails only
-its own log's waiters. The coordinators' background waits register with
-`durable_future`, a future per log, not a Task; a Produce registers ONE `DurableWaiter`
-for all its partitions (`add_waiter`: a count of partitions still to become durable and
-one future), where a future per partition and `gather` cost a done-callback and a loop
-dispatch per partition. A failed flush still fails exactly its own log's partitions of
-the request (`DurableWaiter.errors`). The next round is handed to the flush threads as
-soon as the last one has been handled, in the same loop callback, not behind the
-callbacks that round's answers scheduled.
+The logs whose flush starts in one loop iteration form a round, handed to a fixed set of
+flush threads together and back to the loop in ONE call when the last is done
+(server/flush_threads.py; a ThreadPoolExecutor `submit` and a `call_soon_threadsafe`
+per log were a tenth of the loop's time per one-record transaction). Below
+`syncfs_threshold` logs each log of a round is fsynced in a thread of its own; from it
+on (`log.flush.syncfs.threshold`, `use_syncfs`; a Produce over 1,000 partitions) the
+round is made durable in one thread with one syncfs(2) per log directory
+(storage/flush_together.py: why that is as durable; a failed syncfs falls back to
+per-file fsyncs). When every flush of a round succeeded, the high watermarks of all its
+logs move in ONE call (`on_round_flushed`, the replica manager's) before any of their
+waiters is answered, where a chain of about ten calls per log did it; a round with a
+failed flush is ended one log at a time, and a failed flush fails only its own log's
+waiters. The coordinators' background waits register with `durable_future`, a future
+per log, not a Task; a Produce registers ONE `DurableWaiter` for all its partitions
+(`add_waiter`; server/durable_waiter.py). The next round goes to the threads as soon as
+the last one was handled, in the same loop callback, not behind its answers' callbacks.
 
 When the flush policy is relaxed (`log.flush.interval.messages` > 1 or a
 `flush.messages` topic override), the caller does not wait; the scheduler flushes by
@@ -42,12 +36,11 @@ count and by `flush.ms` in the background.
 
 A failed fsync fails the waiters it would have released (their produce requests answer
 KAFKA_STORAGE_ERROR) and is reported to `on_error` (the log directory's
-`LogDirSpace.write_failed`, which logs a full disk once); without `on_error` it is
-logged here. The log is flushed again later (0.05 s doubling to 2 s, until it works):
-what was appended is in the log, and without a flush nothing would move its high
-watermark once the writers gave up — on a full disk, say, data and markers would stay
-invisible after space returns until the partition's next append. Only the first
-failure of a run of them is reported, unless it is a full disk (counted there).
+`LogDirSpace.write_failed`, which logs a full disk once; else logged here). The log is
+flushed again later (0.05 s doubling to 2 s, until it works): without a flush nothing
+would move its high watermark once the writers gave up (on a full disk, data and
+markers would stay invisible after space returns until the next append). Only the
+first failure of a run is reported, unless it is a full disk (counted there).
 """
 
 from __future__ import annotations
@@ -55,9 +48,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from tidegate.server.durable_waiter import DurableWaiter, Wait, answer
 from tidegate.server.flush_threads import THREADS, Flushable, Round
 from tidegate.storage.disk_space import disk_full_error
 from tidegate.storage.flush_together import SyncfsDirs
@@ -67,42 +61,7 @@ log = logging.getLogger(__name__)
 
 RETRY_S = (0.05, 2.0)  # a failed flush is tried again after this, doubling
 
-
-class DurableWaiter:
-    """One request's wait on the group commit over many logs (a Produce over 1,000
-    partitions): how many of its registered partitions are not durable yet, and ONE
-    future, done when none is left. A partition whose flush failed counts as done, with
-    its error in `errors` (keyed by the slot the caller gave it); the future itself
-    never fails, so one bad log never hides the others' outcome."""
-
-    __slots__ = ("errors", "future", "left")
-
-    def __init__(self) -> None:
-        self.left = 0
-        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.errors: dict[int, BaseException] = {}
-
-    def _done(self, slot: int, error: BaseException | None) -> None:
-        if error is not None:
-            self.errors[slot] = error
-        self.left -= 1
-        if self.left <= 0 and not self.future.done():  # (cancelled: the request is gone)
-            self.future.set_result(None)
-
-
-# a registered wait: (offset, its future, -1) or (offset, a request's waiter, its slot)
-Wait = tuple[int, "asyncio.Future[None] | DurableWaiter", int]
-
-
-def _answer(fut: asyncio.Future[None] | DurableWaiter, slot: int,
-            error: BaseException | None) -> None:
-    if isinstance(fut, DurableWaiter):
-        fut._done(slot, error)
-    elif not fut.done():
-        if error is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(error)
+__all__ = ["RETRY_S", "DurableWaiter", "GroupCommit"]
 
 
 class GroupCommit:
@@ -110,6 +69,7 @@ class GroupCommit:
         self,
         on_flushed: Callable[[Flushable, int], None],
         on_error: Callable[[BaseException, str], object] | None = None,
+        on_round_flushed: Callable[[Sequence[Flushable]], None] | None = None,
     ) -> None:
         self._dirty: dict[int, Flushable] = {}  # needs a flush after the running one
         self._running: set[int] = set()  # a flush of this log is under way
@@ -119,6 +79,8 @@ class GroupCommit:
         self._covering: dict[int, int] = {}
         self._waiters: dict[int, list[Wait]] = {}
         self._on_flushed = on_flushed
+        # `on_flushed(target, target.recovery_point)` for a whole round's logs in one call
+        self._on_round_flushed = on_round_flushed
         self.fsync_rounds = 0
         self.failed: Exception | None = None
         self.on_error = on_error
@@ -162,8 +124,9 @@ class GroupCommit:
         return sum(len(w) for w in self._waiters.values())
 
     def mark_dirty(self, target: Flushable) -> None:
-        self._dirty[id(target)] = target
-        self._kick(target)
+        self._dirty[key := id(target)] = target
+        if key not in self._running:  # (`_kick`'s test, inline: once per append)
+            self._kick(target)
 
     async def wait_durable(self, target: Flushable, offset: int) -> None:
         """Return once `target` is fsynced up to (not including) `offset`."""
@@ -194,24 +157,25 @@ class GroupCommit:
         return True
 
     def _register(self, target: Flushable, offset: int, wait: Wait) -> None:
-        self._waiters.setdefault(id(target), []).append(wait)
-        if offset > self._covering.get(id(target), -1):
+        key = id(target)
+        self._waiters.setdefault(key, []).append(wait)
+        if offset > self._covering.get(key, -1):
             # not covered by a flush under way (a request that only reads, e.g. KIP-890
             # verification, used to queue an fsync that found nothing new to write, and
             # the next append waited for it)
-            self._dirty[id(target)] = target
-        self._kick(target)
+            self._dirty[key] = target
+        if key not in self._running:  # (`_kick`'s test, inline)
+            self._kick(target)
 
     def _kick(self, target: Flushable) -> None:
         key = id(target)
         if key not in self._running:
             self._running.add(key)
-            # a flush round is a chain of callbacks, not a Task: under the one-record
-            # transaction bench a Task and `run_in_executor` per round were about 4 % of
-            # the event loop's time. It starts in the next loop iteration, so appends
-            # made in this one join it; the logs kicked in one iteration start in ONE
-            # callback (a Produce over 1,000 partitions kicks 1,000: a handle each was
-            # a loop dispatch per partition)
+            # a flush round is a chain of callbacks, not a Task (a Task and
+            # `run_in_executor` per round were 4 % of the loop's time per one-record
+            # transaction). It starts in the next loop iteration, so appends made in this
+            # one join it; the logs kicked in one iteration start in ONE callback (not a
+            # loop dispatch per partition of a Produce over 1,000 partitions)
             self._kicked.append(target)
             if len(self._kicked) == 1:
                 asyncio.get_running_loop().call_soon(self._start_kicked)
@@ -247,14 +211,14 @@ class GroupCommit:
         key = id(target)
         while self._dirty.pop(key, None) is not None:
             point = target.recovery_point
-            if point >= target.log_end_offset and all(
-                    w[0] <= point for w in self._waiters.get(key, ())):
+            end = target.log_end_offset  # (on the loop: no append between the reads)
+            if point >= end and all(w[0] <= point for w in self._waiters.get(key, ())):
                 # the flush that just ended read the log end after this was asked
                 # for, and covered it: another would find nothing new to write
                 self._on_flushed(target, point)
                 self._release(target)
                 continue
-            self._covering[key] = target.log_end_offset
+            self._covering[key] = end
             # flushed with the other logs that need one in this loop iteration: handed
             # to the flush threads together, and back to the loop in one call
             self._batch.append(target)
@@ -291,10 +255,22 @@ class GroupCommit:
         this call, not in a later loop iteration behind the answers it scheduled."""
         raised: BaseException | None = None
         took = time.perf_counter() - rnd.began
+        # all flushed (the usual round): the high watermarks move in ONE call for all its
+        # logs, before any waiter is answered; else (or if that call raised, a bug) each
+        # log's flush ends on its own, `_on_flushed` included
+        on_round = None if rnd.failed else self._on_round_flushed
+        moved = on_round is not None
+        if on_round is not None:
+            try:
+                on_round(rnd.logs)
+            except BaseException:
+                log.exception("moving a flush round's high watermarks")
+                moved = False
         for target, outcome in zip(rnd.logs, rnd.results, strict=True):
             try:
-                self._flush_done(target, took,
-                                 outcome if isinstance(outcome, BaseException) else None)
+                self._flush_done(target, took, None if moved  # (then none failed)
+                                 else outcome if isinstance(outcome, BaseException) else None,
+                                 moved)
             except BaseException as bug:  # the others' waiters still get their answer
                 raised = raised or bug
         if self._batch:
@@ -302,7 +278,9 @@ class GroupCommit:
         if raised is not None:
             raise raised
 
-    def _flush_done(self, target: Flushable, took: float, e: BaseException | None) -> None:
+    def _flush_done(self, target: Flushable, took: float, e: BaseException | None,
+                    moved: bool = False) -> None:
+        """`target`'s flush ended (`moved`: its high watermark moved already)."""
         key = id(target)
         try:
             if e is not None:
@@ -311,7 +289,8 @@ class GroupCommit:
                 self.fsync_rounds += 1
                 if self._retry_delay:
                     self._retry_delay.pop(key, None)
-                self._on_flushed(target, target.recovery_point)
+                if not moved:
+                    self._on_flushed(target, target.recovery_point)
                 released = self._release(target)
                 if self.on_fsync is not None:  # the waiters this fsync released
                     self.on_fsync(took, released)
@@ -337,7 +316,7 @@ class GroupCommit:
                 log.error("fsync failed: %s", e)
         self.failed = e if isinstance(e, Exception) else RuntimeError(str(e))
         for _, fut, slot in self._waiters.pop(key, []):
-            _answer(fut, slot, e)
+            answer(fut, slot, e)
         if not offline:
             self._retry_later(target)
 
@@ -354,14 +333,17 @@ class GroupCommit:
                 self._dirty[key] = target
                 return 0
             del self._waiters[key]
-            _answer(fut, slot, None)
+            if isinstance(fut, DurableWaiter):  # (`answer`, inline: a Produce's wait)
+                fut.done(slot, None)
+            else:
+                answer(fut, slot, None)
             return 1
         keep = []
         released = 0
         for wait in waiters:
             if wait[0] <= point:
                 released += 1
-                _answer(wait[1], wait[2], None)
+                answer(wait[1], wait[2], None)
             else:
                 keep.append(wait)
                 self._dirty[key] = target
@@ -397,4 +379,4 @@ class GroupCommit:
         self._retry_delay.pop(id(target), None)
         self._dirty.pop(id(target), None)
         for _, fut, slot in self._waiters.pop(id(target), []):
-            _answer(fut, slot, RuntimeError("partition deleted"))
+            answer(fut, slot, RuntimeError("partition deleted"))

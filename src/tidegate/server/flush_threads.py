@@ -43,12 +43,15 @@ class Round:
     each: its new recovery point, or what its flush raised. The thread that ends the
     round's last part hands the whole round back to the loop in one call."""
 
-    __slots__ = ("began", "done", "left", "lock", "logs", "loop", "results")
+    __slots__ = ("began", "done", "failed", "left", "lock", "logs", "loop", "results")
 
     def __init__(self, logs: list[Flushable], parts: int, loop: asyncio.AbstractEventLoop,
                  done: Callable[[Round], None]) -> None:
         self.logs = logs
         self.results: list[int | BaseException] = [0] * len(logs)
+        # some result is an exception (set by the threads before the round is handed
+        # back): the loop looks at each result only then
+        self.failed = False
         self.left = parts
         self.lock = threading.Lock()
         self.loop = loop
@@ -64,15 +67,19 @@ class Round:
                 outcomes = flush_together([lg for lg in logs if isinstance(lg, Log)], dirs)
                 for i, outcome in zip(part, outcomes, strict=True):
                     self.results[i] = outcome
+                    if isinstance(outcome, BaseException):
+                        self.failed = True
             else:
                 for i in part:
                     try:
                         self.results[i] = self.logs[i].flush()
                     except BaseException as e:  # the loop fails this log's waiters
                         self.results[i] = e
+                        self.failed = True
         except BaseException as e:  # a bug in flush_together: fail the part's logs
             for i in part:
                 self.results[i] = e
+            self.failed = True
         with self.lock:
             self.left -= 1
             last = self.left == 0

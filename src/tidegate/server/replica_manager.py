@@ -9,13 +9,12 @@ FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH.
 It also owns the rule that moves each partition's high watermark, and the long-polling
 fetches waiting for it to move:
 
-- embedded broker (today's rule): the in-sync replicas are this node alone, so the
-  high watermark is the durable offset. With `log.flush.interval.messages=1` (the
-  default) an append marks the log dirty for group commit (server/durability.py) and
-  the HW moves when the fsync ends; under a relaxed flush policy it moves at once to
-  the log end.
-- cluster (later): the HW is the smallest log end among the in-sync replicas
-  (tidegate.replication), moved by follower fetches.
+- embedded broker: the in-sync replicas are this node alone, so the HW is the durable
+  offset. With `log.flush.interval.messages=1` (the default) an append marks the log
+  dirty for group commit (server/durability.py) and the HW moves when the fsync ends (a
+  flush round's logs in one call, `_on_round_flushed`); under a relaxed flush policy it
+  moves at once to the log end.
+- cluster: the HW is the smallest log end among the in-sync replicas (Leadership).
 
 Invariants: the HW of a partition never moves backwards while this broker leads it;
 `wait_committed(p, offset)` returns only once the HW covers `offset`; a fetch waiting
@@ -51,8 +50,7 @@ TopicPartition = tuple[str, int]
 class ReplicaManager:
     def __init__(self, logs: LogManager, *, cluster: bool = False) -> None:
         self.logs = logs
-        # In a cluster a replica leads only once the controller's state says so
-        # (`become_leader`); on the embedded broker every partition is led here.
+        # cluster: a replica leads once the controller says so (`become_leader`); else all
         self.cluster = cluster
         # cluster: whether the cluster's metadata knows a partition (hosted here or not)
         self.exists: Callable[[str, int], bool] | None = None
@@ -60,7 +58,7 @@ class ReplicaManager:
         self.on_role_change: Callable[[Partition], None] | None = None
         # cluster: writes a leader's ISR change to ZooKeeper (server/cluster/isr.py)
         self.isr_writer: Callable[[Partition, tuple[int, ...]], None] | None = None
-        self.group_commit = GroupCommit(self._on_flushed)
+        self.group_commit = GroupCommit(self._on_flushed, on_round_flushed=self._on_round_flushed)
         self._partitions: dict[TopicPartition, Partition] = {}
         self._by_log: dict[int, Partition] = {}  # id(Log) -> its partition
         self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
@@ -89,16 +87,17 @@ class ReplicaManager:
         self, topic: str, index: int, current_leader_epoch: int = NO_EPOCH
     ) -> Partition:
         """The partition if this broker leads it at `current_leader_epoch`; else raises."""
-        part = self.partition(topic, index)
+        part = self._partitions.get((topic, index))  # (`partition`, inline when known)
+        if part is None or part.log is not self.logs.get_log(topic, index):
+            part = self.partition(topic, index)
         if part is None:
             if self.logs.is_offline(topic, index):  # JBOD: its log dir failed
                 raise KafkaStorageError(f"{topic}-{index} is in an offline log directory")
             if self.exists is not None and self.exists(topic, index):
-                raise NotLeaderOrFollowerError(
-                    f"this broker holds no replica of {topic}-{index}")
-            raise UnknownTopicOrPartitionError(
-                f"this server does not host {topic}-{index}")
-        part.check_leader(current_leader_epoch)
+                raise NotLeaderOrFollowerError(f"this broker holds no replica of {topic}-{index}")
+            raise UnknownTopicOrPartitionError(f"this server does not host {topic}-{index}")
+        if current_leader_epoch >= 0 or not part.is_leader:  # (once per Produce partition)
+            part.check_leader(current_leader_epoch)
         return part
 
     def get_log(self, topic: str, index: int) -> Log | None:
@@ -139,9 +138,8 @@ class ReplicaManager:
             return part
         if (part.is_leader and lead is not None and self.logs.node_id in isr
                 and leader_epoch > part.leader_epoch):
-            # Still leader at a newer epoch (the controller changed the ISR or the
-            # replicas): followers keep their positions and acks=all waiters keep waiting
-            # (Kafka's makeLeader for a broker that was already leading).
+            # Still leader at a newer epoch (the ISR or the replicas changed): followers
+            # keep their positions, acks=all waiters keep waiting (Kafka's makeLeader)
             part.leader_epoch = leader_epoch
             part.log.assign_leader_epoch(leader_epoch)
             lead.renew(leader_epoch=leader_epoch, replicas=replicas or (self.logs.node_id,),
@@ -198,8 +196,7 @@ class ReplicaManager:
 
     def stop_replica(self, topic: str, index: int) -> Path | None:
         """This broker no longer holds `topic`-`index`: drop it. Its directory is only
-        renamed here; the caller removes the returned one (`remove_deleted_dir`) off the
-        event loop."""
+        renamed here; the caller removes it (`remove_deleted_dir`) off the event loop."""
         part = self._partitions.get((topic, index))
         if part is not None:
             part.is_leader = False
@@ -253,38 +250,30 @@ class ReplicaManager:
             return
         if lg.syncs_every_write:
             await self.group_commit.wait_durable(lg, offset)
-            # The flush raises the recovery point in its worker thread; the flusher moves
-            # the high watermark on the loop a moment later. A waiter that found the
-            # recovery point already past it must not be answered before that move.
+            # the flusher's move of the HW may not have run yet: not answered before it
             self._advance_hw(lg, lg.recovery_point)
 
     def durable_future(self, lg: Log, offset: int) -> asyncio.Future[None] | None:
-        """`wait_durable` without a Task, for the embedded broker under the fsync-per-
-        write policy (`syncs_every_write`; the caller checks both): the future ends once
-        `lg` is fsynced up to `offset`, after the flusher moved the high watermark past
-        it (`_on_flushed`); None if durable already (the high watermark moved here)."""
+        """`wait_durable` without a Task (one node, `syncs_every_write`: the caller
+        checks both): None if durable already (the high watermark moved here)."""
         fut = self.group_commit.durable_future(lg, offset)
         if fut is None:
-            # the flush thread raised the recovery point; the flusher's move of the high
-            # watermark may not have run yet: the answer must not come before it
-            self._advance_hw(lg, lg.recovery_point)
+            self._advance_hw(lg, lg.recovery_point)  # as in `wait_durable`
         return fut
 
-    def add_durable_wait(self, waiter: DurableWaiter, slot: int, lg: Log, offset: int) -> bool:
-        """`durable_future` for one partition of a request that waits on many: counted
-        in `waiter` (its one future; a failed fsync lands in `waiter.errors[slot]`).
-        False if durable already (the high watermark moved here)."""
-        if self.group_commit.add_waiter(waiter, slot, lg, offset):
-            return True
-        self._advance_hw(lg, lg.recovery_point)  # as in `durable_future`
-        return False
+    def add_durable_waits(self, waiter: DurableWaiter, waits: Sequence[tuple[Log, int]]) -> None:
+        """`durable_future` for a request's (log, offset) pairs, counted in `waiter` (a
+        failed fsync of `waits[i]`'s log lands in `waiter.errors[i]`) unless durable."""
+        add = self.group_commit.add_waiter
+        for slot, (lg, offset) in enumerate(waits):
+            if not add(waiter, slot, lg, offset):
+                self._advance_hw(lg, lg.recovery_point)  # as in `durable_future`
 
     async def wait_committed(self, part: Partition, offset: int,
                              timeout: float | None = None) -> ErrorCode:
-        """acks=all: durable here, then (cluster) the HW over the ISR past `offset`.
-        Returns the error to answer: NONE, REQUEST_TIMED_OUT,
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND; raises NOT_LEADER_OR_FOLLOWER if leadership
-        moved meanwhile."""
+        """acks=all: durable here, then (cluster) the HW over the ISR past `offset`. The
+        error to answer: NONE, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND;
+        raises NOT_LEADER_OR_FOLLOWER if leadership moved meanwhile."""
         await self.wait_local_durable(part.log, offset)
         lead = part.leadership
         if lead is None:
@@ -308,18 +297,29 @@ class ReplicaManager:
         if isinstance(target, Log) and target.syncs_every_write:
             self._advance_hw(target, recovery_point)
 
+    def _on_round_flushed(self, targets: Sequence[Flushable]) -> None:
+        """`_on_flushed(target, target.recovery_point)` for a flush round's logs."""
+        if self.cluster:
+            for target in targets:
+                self._on_flushed(target, target.recovery_point)
+            return
+        moved = Log.advance_to_recovery_points(targets)
+        for part in (self._by_log.get(id(lg)) for lg in moved) if self._watchers else ():
+            if part is not None:
+                self._notify(part.tp)
+
     def _advance_hw(self, lg: Log, hw: int) -> None:
-        part = self._by_log.get(id(lg))
         if self.cluster:
             # a leader's HW is the ISR's (Leadership); a follower's comes from its leader
+            part = self._by_log.get(id(lg))
             if (part is not None and part.leadership is not None
                     and part.leadership.on_leader_progress()):
                 self._notify(part.tp)
-            return
-        # clamps to the log end; also moves the LSO. No fetch long-polling: nothing to
-        # wake (a flush round ends here once per log: no tuple and call per log then)
-        if lg.update_high_watermark(hw) and part is not None and self._watchers:
-            self._notify(part.tp)
+        # clamps to the log end; also moves the LSO. No fetch long-polling: nothing to wake
+        elif lg.update_high_watermark(hw) and self._watchers:
+            part = self._by_log.get(id(lg))
+            if part is not None:
+                self._notify(part.tp)
 
     # -- ISR changes (cluster) --------------------------------------------------------
 
@@ -356,7 +356,7 @@ class ReplicaManager:
 
     def isr_written(self, part: Partition, isr: tuple[int, ...], zk_version: int | None) -> None:
         """The ISR writer's answer: the new znode version, or None if the conditional
-        write failed (the state changed: the metadata watcher brings the new one)."""
+        write failed (the metadata watcher brings the new state)."""
         lead = part.leadership
         if lead is None:
             return

@@ -20,8 +20,11 @@ A Produce's usual partition data, one whole uncompressed CreateTime batch
 (`validation.check_produce_batch`), the same steps in the same order without the
 general path's lists and loops, the timestamps decided inline when all are in range
 (`check_timestamps` decides otherwise), and with `advance_hw` the high watermark moved
-in the same hold of the lock. A Produce over 1,000 partitions makes 1,000 appends:
-these layers were most of its CPU (docs/benchmarks.md).
+in the same hold of the lock. Its producer check is the general one
+(`ProducerStateManager.validate`, i.e. `producer_rules.classify`), never a mirror of it:
+tests/unit/storage/test_append_fast_path_producers.py pins its answers to `classify`.
+A Produce over 1,000 partitions makes 1,000 appends: these layers were most of its CPU
+(docs/benchmarks.md).
 
 An append is all or nothing: it is the producer-state invariant of `log`'s module
 docstring, kept by doing everything that can fail (validation, the roll, the `.log`
@@ -36,7 +39,14 @@ from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
-from tidegate.records.batch import HEADER_SIZE, BatchHeader, stamp_header, validate_batch
+from tidegate.records.batch import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    stamp_header,
+    validate_batch,
+)
 from tidegate.records.control import ControlType
 from tidegate.storage.errors import RecordListTooLargeError
 from tidegate.storage.log_state import LogState
@@ -109,7 +119,8 @@ class AppendingLog(LogState):
         """
         now = self._clock.now_ms() if now_ms is None else now_ms
         cfg = self._config
-        view = memoryview(data).cast("B") if isinstance(data, memoryview) else data
+        # a view is only read (written as it is, or copied): read-only bytes from here on
+        view = data.toreadonly().cast("B") if isinstance(data, memoryview) else data
         # A Produce's usual partition data, one whole batch, is checked in one step
         # (`check_produce_batch`); anything else by the general steps
         one = check_produce_batch(view, cfg) if single_batch else None
@@ -129,7 +140,7 @@ class AppendingLog(LogState):
             # is built only if a timestamp looks out of range: `_append_one`)
             if (scan is not None and scan[2] < 0 and not (scan[3] and cfg.compact)
                     and scan[0] is not None and scan[1] is not None
-                    and not header.compression and not header.timestamp_type
+                    and not header.attributes & (COMPRESSION_MASK | TIMESTAMP_TYPE_MASK)
                     and not cfg.log_append_time):
                 return self._append_one(
                     view if isinstance(view, memoryview) and view.readonly
@@ -181,7 +192,8 @@ class AppendingLog(LogState):
             return self._append(buf, found, now, leader_epoch, from_client=True,
                                 records=checked, guard=guard, advance_hw=advance_hw)
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()  # raises
             psm = self._producers
             if header.producer_id >= 0:
                 dup = psm.validate(
@@ -205,8 +217,11 @@ class AppendingLog(LogState):
                                                           decompressed_limit(cfg)))
                            if n else NO_TIMESTAMPS]
                 check_timestamps([header], now, cfg, records)
-            head, last = stamp_header(buf, 0, self._segs.active.next_offset, leader_epoch)
-            seg = self._maybe_roll(len(buf), last.max_timestamp, last.last_offset, now)
+            seg = self._segs.segments[-1]  # the active segment, unless rolled now
+            head, last = stamp_header(buf, 0, seg.next_offset, leader_epoch)
+            last_offset = last.base_offset + last.last_offset_delta  # (not the property)
+            if seg.should_roll(len(buf), last.max_timestamp, last_offset, now):
+                seg = self._maybe_roll(len(buf), last.max_timestamp, last_offset, now)
             seg.append_batch(head, buf[HEADER_SIZE:], last)
             # From here nothing may fail (see `_append`). A client's batch is never a
             # marker: it completes no transaction.
@@ -214,9 +229,9 @@ class AppendingLog(LogState):
             if leader_epoch is not None:
                 self._note_epochs((last,))
             if advance_hw:
-                self._advance_hw_locked(last.last_offset + 1)
+                self._advance_hw_locked(last_offset + 1)
             lso = self._log_start_offset
-        return AppendInfo(last.base_offset, last.last_offset, -1, lso, last.max_timestamp,
+        return AppendInfo(last.base_offset, last_offset, -1, lso, last.max_timestamp,
                           last.records_count, [last])
 
     def append_control(

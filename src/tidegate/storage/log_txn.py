@@ -9,6 +9,7 @@ log's lock, like the rest of `Log`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tidegate.storage.log_state import LogState
@@ -47,13 +48,30 @@ class TransactionalLog(LogState):
 
     def _advance_hw_locked(self, offset: int) -> bool:
         """`update_high_watermark` under the lock (also `append(advance_hw=True)`)."""
-        offset = min(offset, self._segs.active.next_offset)
+        offset = min(offset, self._segs.segments[-1].next_offset)  # (the active segment's)
         if offset <= self._high_watermark:
             return False
         self._high_watermark = offset
-        self._producers.on_high_watermark_updated(offset)
-        self._refresh_lso()
+        if self._producers.on_high_watermark_updated(offset):
+            self._refresh_lso()
+        else:  # no transaction here: `_refresh_lso` with no unstable offset, inline
+            self._last_stable_offset = max(offset, self._log_start_offset,
+                                           self._last_stable_offset)
         return True
+
+    @staticmethod
+    def advance_to_recovery_points(targets: Iterable[object]) -> list[TransactionalLog]:
+        """After a flush round on one node: each fsync-per-write log among `targets`
+        moves its high watermark to its recovery point (`update_high_watermark(
+        recovery_point)` for each, in one call, not a chain of calls per log). Returns
+        the logs whose high watermark moved."""
+        moved = []
+        for lg in targets:
+            if isinstance(lg, TransactionalLog) and lg.syncs_every_write:
+                with lg._lock:
+                    if lg._advance_hw_locked(lg._recovery_point):
+                        moved.append(lg)
+        return moved
 
     def set_high_watermark_as_follower(self, leader_high_watermark: int) -> bool:
         """A follower's HW after a fetch: the leader's, capped by this log's end (it may

@@ -150,11 +150,14 @@ class ProducerStateManager(ProducerSnapshots):
         transaction, else the offset after the marker."""
         return min(self._ongoing.values(), default=completed.last_offset + 1)
 
-    def on_high_watermark_updated(self, high_watermark: int) -> None:
-        """Transactions whose marker is below `high_watermark` become stable."""
+    def on_high_watermark_updated(self, high_watermark: int) -> bool:
+        """Transactions whose marker is below `high_watermark` become stable. True if a
+        transaction is still unstable (`first_unstable_offset` is not None): without
+        one the log's LSO is its high watermark, decided without asking."""
         self._high_watermark = high_watermark
         if self._unreplicated:
             self._unreplicated = [t for t in self._unreplicated if t[1] >= high_watermark]
+        return bool(self._unreplicated or self._ongoing)
 
     def describe(self) -> list[ProducerInfo]:
         """DescribeProducers: every producer this partition remembers, by producer id.

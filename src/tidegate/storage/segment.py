@@ -38,7 +38,7 @@ import os
 from collections.abc import Container, Sequence
 from pathlib import Path
 
-from tidegate.records.batch import BatchHeader
+from tidegate.records.batch import LOG_OVERHEAD, BatchHeader
 from tidegate.storage.config import LogConfig
 from tidegate.storage.disk_space import disk_full_error
 from tidegate.storage.file_cache import FILES
@@ -144,9 +144,9 @@ class LogSegment(SegmentLoading):
         if self._bytes_since_index > self.config.index_interval_bytes:
             self.offset_index.append(header.base_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-            self._bytes_since_index = header.size
+            self._bytes_since_index = header.batch_length + LOG_OVERHEAD  # (`size`)
             return True
-        self._bytes_since_index += header.size
+        self._bytes_since_index += header.batch_length + LOG_OVERHEAD  # (`size`)
         return False
 
     def append(
@@ -217,7 +217,7 @@ class LogSegment(SegmentLoading):
         self.size = start + n
         self._dirty = True
         indexed = self._index_batch(header, start)
-        self.next_offset = header.next_offset
+        self.next_offset = header.base_offset + header.last_offset_delta + 1  # (`next_offset`)
         if self._index_write_failed or (indexed and (
             self.offset_index.pending_bytes >= INDEX_WRITE_BYTES
             or self.time_index.pending_bytes >= INDEX_WRITE_BYTES

@@ -30,7 +30,9 @@ from __future__ import annotations
 from tidegate.common.errors import InvalidRecordError, MessageTooLargeError
 from tidegate.records import _accel
 from tidegate.records.batch import (
+    CONTROL_MASK,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     NO_SEQUENCE,
     BatchHeader,
     parse_header,
@@ -108,9 +110,12 @@ def check_produce_batch(
     if check_c is None or not len(data) or (isinstance(data, memoryview) and data.format != "B"):
         return None
     header, scan = check_c(data, 0, BatchHeader, True)
-    if header.size != len(data):
+    size = header.batch_length + LOG_OVERHEAD  # (`size`, `is_control`: fields, not properties)
+    if size != len(data):
         return None
-    _check_header(header, config)
+    if (size > config.max_message_bytes or header.attributes & CONTROL_MASK
+            or header.producer_id >= 0):
+        _check_header(header, config)  # raises, or an idempotent batch's sequence is set
     return header, scan
 
 

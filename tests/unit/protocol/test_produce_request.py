@@ -23,7 +23,10 @@ from tidegate.server.dispatch import default_dispatcher
 VERSIONS = range(pq.MIN_VERSION, pq.MAX_VERSION + 1)
 TEXT = st.text(max_size=10)
 
-partitions = st.tuples(st.integers(-(2**31), 2**31 - 1), st.none() | st.binary(max_size=40))
+# records of one-, two- and three-byte flexible lengths (the decoder reads the first two
+# kinds inline)
+RECORDS = st.none() | st.binary(max_size=40) | st.integers(100, 17000).map(bytes)
+partitions = st.tuples(st.integers(-(2**31), 2**31 - 1), RECORDS)
 requests = st.fixed_dictionaries({
     "transactional_id": st.none() | TEXT,
     "acks": st.sampled_from([-1, 0, 1, 2, -(2**15)]),
@@ -131,3 +134,20 @@ def test_a_first_produce_imports_no_other_schema_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout.strip()
     assert out == "[]", f"decoding one Produce imported {out}"
+
+
+@pytest.mark.parametrize("size", [0, 126, 127, 128, 129, 16382, 16383, 16384])
+def test_length_prefixes_at_their_boundaries(size: int) -> None:
+    """Records whose compact length takes one, two or three bytes, whole and cut short
+    at every byte of the prefix and the tagged-field byte after the records: the same
+    answer as kio's, or an error in both."""
+    data = {"transactional_id": None, "acks": -1, "timeout": 5,
+            "topics": [("t", [(7, bytes(size)), (8, b"x")])]}
+    for v in (8, 9, 12):
+        raw = _encode(v, data)
+        assert _plain_end(*pq.decode(raw, 0, v)) == _plain_end(*_kio(v, raw))
+        start = raw.index(bytes(size)) if size else len(raw) - 8
+        for cut in range(max(start - 8, 0), min(start + 2, len(raw))):
+            assert_both_or_neither(raw[:cut], lambda b: _plain_end(*_kio(v, b)),  # noqa: B023
+                                   lambda b: _plain_end(*pq.decode(b, 0, v)),  # noqa: B023
+                                   pq.ProduceDecodeError, f"v{v} cut at {cut}")

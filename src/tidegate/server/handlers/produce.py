@@ -63,6 +63,7 @@ from tidegate.server.handlers.txn_produce import (
     verify_transactional,
 )
 from tidegate.server.partition import Partition
+from tidegate.storage.log import Log
 from tidegate.storage.record_checks import RecordValidationError
 
 log = logging.getLogger(__name__)
@@ -76,13 +77,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     acks = int(req.acks)
     # partition answers by (topic name, topic id), in the request's order
     by_topic: dict[tuple[str, Any], list[PartitionProduceResponse]] = {}
-    # (answer, replica, offset to be durable, whether the group commit alone decides it)
-    waits: list[tuple[PartitionProduceResponse, Partition, int, bool]] = []
     # before any await: the order in which this request's transactional batches may be
     # appended relative to the producers' batches already waiting (txn_produce.py)
     slots = reserve_slots(broker, req)
     try:
-        return await _handle(broker, ctx, req, acks, by_topic, waits, slots)
+        return await _handle(broker, ctx, req, acks, by_topic, slots)
     finally:
         for slot in slots.values():
             slot.release()
@@ -106,7 +105,6 @@ def _failed_fsync(waited: PartitionProduceResponse, error: BaseException) -> Non
 
 async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                   by_topic: dict[tuple[str, Any], list[PartitionProduceResponse]],
-                  waits: list[tuple[PartitionProduceResponse, Partition, int, bool]],
                   slots: dict[tuple[int, int], Slot]) -> Any:
     timeout = max(ms(view(req, "timeout", 30000)), 0) / 1000 or 30.0
     # ACLs (Kafka's KafkaApis): WRITE on the transactional id, else every partition
@@ -116,32 +114,42 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                   else ErrorCode.transactional_id_authorization_failed
                   if txn_id and not check(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
                   else None)
-    single_node = not broker.replicas.cluster
+    replicas = broker.replicas
+    leader = replicas.leader
+    single_node = not replicas.cluster
+    # the waits for durability: on one node under the fsync-per-write policy (the
+    # group commit alone decides) (log, offset to be durable) with its answer at the
+    # same place; elsewhere (answer, replica, offset)
+    durable: list[tuple[Log, int]] = []
+    durable_answers: list[PartitionProduceResponse] = []
+    waits: list[tuple[PartitionProduceResponse, Partition, int]] = []
     wrote = False  # some batch was written: the log directory's space is not full
     for ti, topic in enumerate(req.topic_data):
         name, topic_id = resolve_topic(broker, topic)
         answers = by_topic.setdefault((name or view(topic, "name") or "", topic_id), [])
         answer = answers.append
-        denied = denied_all or (ErrorCode.topic_authorization_failed if name is not None
-                                and not check(broker, ctx, Op.WRITE, Res.TOPIC, name) else None)
+        # decided once per topic (the same answer for each of its partitions): denied,
+        # an internal topic (only the coordinators write their own logs; Kafka: "Cannot
+        # append to internal topic"), an unknown topic
+        topic_refused: tuple[ErrorCode, str | None] | None = (
+            (denied_all, None) if denied_all is not None
+            else (ErrorCode.topic_authorization_failed, None) if name is not None
+            and not check(broker, ctx, Op.WRITE, Res.TOPIC, name)
+            else (ErrorCode.invalid_topic_exception, f"cannot append to internal topic {name}")
+            if name in INTERNAL_TOPICS
+            else (ErrorCode.unknown_topic_id if topic_id is not None
+                  else ErrorCode.unknown_topic_or_partition, None) if name is None
+            else None)
+        if topic_refused is not None:
+            code, msg = topic_refused
+            for part in topic.partition_data:
+                answer(PartitionProduceResponse(int(part.index), code, msg))
+            continue
+        assert name is not None
         for part in topic.partition_data:
             index = int(part.index)
-            if denied is not None:
-                answer(PartitionProduceResponse(index, denied))
-                continue
-            if name in INTERNAL_TOPICS:
-                # Only the coordinators write their own logs (Kafka: "Cannot append to
-                # internal topic").
-                answer(PartitionProduceResponse(index, ErrorCode.invalid_topic_exception,
-                                                f"cannot append to internal topic {name}"))
-                continue
-            if name is None:
-                answer(PartitionProduceResponse(
-                    index, ErrorCode.unknown_topic_id if topic_id is not None
-                    else ErrorCode.unknown_topic_or_partition))
-                continue
             try:  # only the leader appends (NOT_LEADER_OR_FOLLOWER elsewhere)
-                replica = broker.replicas.leader(name, index)
+                replica = leader(name, index)
                 if acks == -1 and replica.leadership is not None:
                     replica.leadership.check_min_isr()  # NOT_ENOUGH_REPLICAS
             except KafkaError as e:
@@ -168,7 +176,7 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
             # a plain batch is told by its attributes' low byte (`transactional_producer`)
             txn = (transactional_producer(records) if len(records) <= TXN_BYTE
                    or records[TXN_BYTE] & TRANSACTIONAL_MASK else None)
-            if txn is not None and name:
+            if txn is not None:
                 code, guard = await verify_transactional(
                     broker, req, name, index, lg, txn, slot, implicit_add=ctx.api_version >= 12)
                 if code == ErrorCode.transaction_abortable and ctx.api_version < 12:
@@ -220,10 +228,12 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
             if acks == 0:
                 continue
             # (decided once per partition here, not again when the waits are registered)
-            local = single_node and replica.leadership is None
-            every_write = lg.syncs_every_write
-            if not local or every_write:
-                waits.append((result, replica, info.last_offset + 1, local and every_write))
+            if single_node and replica.leadership is None:
+                if lg.syncs_every_write:
+                    durable.append((lg, info.last_offset + 1))
+                    durable_answers.append(result)
+            else:
+                waits.append((result, replica, info.last_offset + 1))
     # Every append is done (or refused): free the slots of batches never tried, then the
     # connection, so a pipelined Produce behind this one appends now and shares the
     # fsync this one waits for (server/listener.py). Nothing below changes state.
@@ -239,25 +249,19 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
     ctx.release()
     if acks == 0:
         return None
-    if waits:
+    if durable or waits:
         # Every wait must be registered with the group commit now, so that a failed
         # fsync fails each of them at once (durability.py). On one node under the fsync-
         # per-write policy all of them share ONE waiter (a count and a future, not a
-        # future per partition); elsewhere (a cluster, a relaxed policy with acks=all) a
-        # Task per partition runs `_wait`.
-        replicas = broker.replicas
+        # future per partition), registered in one call; elsewhere (a cluster, a relaxed
+        # policy with acks=all) a Task per partition runs `_wait`.
         waiter: DurableWaiter | None = None
-        pending: list[Any] = []
-        answered: list[tuple[PartitionProduceResponse, Partition, int, bool]] = []
-        for at, entry in enumerate(waits):
-            _, replica, offset, group_commit_only = entry
-            if group_commit_only:
-                if waiter is None:
-                    waiter = DurableWaiter()
-                replicas.add_durable_wait(waiter, at, replica.log, offset)
-                continue
-            pending.append(_wait(broker, replica, acks, offset, timeout))
-            answered.append(entry)
+        if durable:
+            waiter = DurableWaiter()
+            replicas.add_durable_waits(waiter, durable)
+        pending: list[Any] = [_wait(broker, replica, acks, offset, timeout)
+                              for _, replica, offset in waits]
+        answered = waits
         if waiter is not None and waiter.left:
             if pending:
                 pending.append(waiter.future)
@@ -265,7 +269,7 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 await waiter.future
         outcomes = await asyncio.gather(*pending, return_exceptions=True) if pending else []
         # (the waiter's future, if gathered too, is last: its outcome is in `errors`)
-        for (waited, _, _, _), outcome in zip(answered, outcomes[:len(answered)], strict=True):
+        for (waited, _, _), outcome in zip(answered, outcomes[:len(answered)], strict=True):
             if isinstance(outcome, ErrorCode) and outcome != ErrorCode.none:
                 waited.error_code = outcome  # REQUEST_TIMED_OUT, ..._AFTER_APPEND
                 if outcome != ErrorCode.not_enough_replicas_after_append:
@@ -278,6 +282,6 @@ async def _handle(broker: Broker, ctx: RequestContext, req: Any, acks: int,
                 _failed_fsync(waited, outcome)
         if waiter is not None:
             for at, error in waiter.errors.items():  # exactly the logs whose flush failed
-                _failed_fsync(waits[at][0], error)
+                _failed_fsync(durable_answers[at], error)
     return response_class(ctx.api_version)(
         tuple(TopicProduceResponse(name, tuple(parts)) for (name, _), parts in by_topic.items()))
