@@ -15,7 +15,6 @@ reads, and the sink writes the same records from Arrow batches as from rows. Ser
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 
@@ -27,7 +26,6 @@ from pyspark.sql import SparkSession
 from tests.integration.conftest import BrokerProcess
 
 from tidegate.client import Admin, Consumer, NewTopic, TopicPartition
-from tidegate.spark import register
 
 # ~30-55 s (a SparkSession, a broker, waiting for the cleaner): `make soak` runs it;
 # tests/unit/spark/test_arrow.py checks the same conversion in make test.
@@ -51,18 +49,11 @@ def abroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("tidegate-arrow-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .getOrCreate())
-    register(session)
-    try:
-        yield session
-    finally:
-        session.stop()
+def spark(spark_session: SparkSession) -> SparkSession:
+    """The run's shared SparkSession (conftest.py): one of its own would be the same
+    session (`getOrCreate`) and stopping it would stop the shared one for the modules
+    after this one (test_spark_failures' soak kill points)."""
+    return spark_session
 
 
 def _ok(err: object, msg: object) -> None:
