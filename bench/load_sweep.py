@@ -48,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,11 +118,21 @@ def c_load(bootstrap: str, topic: str, n: int, args: argparse.Namespace,
         r = loads.run_java_round_robin(bootstrap, topic, n, args.size, "all", partitions)
         return {"bytes": r.mb_s * 1e6, "seconds": 1.0, "cpu_seconds": r.load_cpu_s}
     binary = loads.GO_BINARY if args.load == "go" else loads.C_BINARY
-    out = subprocess.run([str(binary), bootstrap, topic, str(n), str(args.size), "all",
-                          str(partitions), "5", str(args.chunk)],
-                         capture_output=True, text=True, check=True, timeout=900)
-    report: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return report
+    command = [str(binary), bootstrap, topic, str(n), str(args.size), "all",
+               str(partitions), "5", str(args.chunk)]
+    for attempt in range(1, 7):
+        if attempt > 1:
+            time.sleep(5)
+        out = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        if out.returncode == 0:
+            report: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+            return report
+        # a topic created a moment ago can still be unknown to the first Metadata (a
+        # KRaft broker that is still deleting the last point's 1,000 partitions
+        # publishes the new topic late): say why, then try again a little later
+        print(f"  ... the load failed (attempt {attempt}): {out.stderr.strip()[-300:]}",
+              flush=True)
+    raise SystemExit(f"the load failed 6 times on {topic}")
 
 
 def kafka_pid(kafka: peer_kafka.KafkaBroker) -> int:
