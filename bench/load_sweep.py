@@ -19,6 +19,11 @@ per record than the c load, so read its broker CPU per record, not its MB/s. `--
 (bench/load_go/, franz-go) packs partitions into requests as the Java client does (at
 most 1 MiB a request, 5 in flight, its defaults) at about the c load's CPU per record:
 the per-partition curve at full rate.
+After the rounds the bench measures the disk's own floor for each point: 1 MiB spread
+over N files and made durable the way a flush round of N partitions does it (syncfs from
+8 files on, else an fdatasync per file), beside one file: the per-file layout's cost that
+no broker with a file per partition (Kafka's layout too) escapes when every write is
+fsynced.
 `--tree DIR` (repeatable) runs the same points against other source trees too (a
 `git worktree` of an older commit with its C extension built), for before/after figures
 in one run.
@@ -181,6 +186,41 @@ def tree_point(tree: str, p: int, args: argparse.Namespace) -> dict[str, float]:
     return point
 
 
+def disk_floor(directory: Path, files: int, total: int = 1 << 20, times: int = 15) -> float:
+    """Median seconds to make `total` bytes durable when they are spread over `files`
+    files (one write to each), as a flush round of that many partitions must: syncfs(2)
+    of the file system from 8 files on (Tidegate's `log.flush.syncfs.threshold`), an
+    fdatasync per file below. What the per-file layout costs the disk whatever the
+    broker does (Kafka's layout too)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    each = b"x" * max(1, total // files)
+    folder = directory / f"floor-{files}"
+    folder.mkdir(exist_ok=True)
+    fds = [os.open(folder / f"{i:05d}.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+           for i in range(files)]
+    try:
+        took = []
+        for _ in range(times):
+            for fd in fds:
+                os.write(fd, each)
+            t0 = time.perf_counter()
+            if files >= 8 and hasattr(libc, "syncfs"):
+                libc.syncfs(fds[0])
+            else:
+                for fd in fds:
+                    os.fdatasync(fd)
+            took.append(time.perf_counter() - t0)
+        return statistics.median(took)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+
+
 def print_table(results: dict[tuple[int, str], list[dict[str, float]]], targets: list[str],
                 points: list[int]) -> None:
     base = min(points)
@@ -247,6 +287,7 @@ def main() -> None:
                         point = (kafka_point(by_label[name], p, r, args) if name in by_label
                                  else tree_point(trees[name], p, args))
                         results.setdefault((p, name), []).append(point)
+            floors = {p: disk_floor(Path(tmp), p) for p in {1, *points}}
         finally:
             peer_kafka.stop_all(kafkas)
     how = (f"c load (bench/load.py, librdkafka: one partition per request), {args.chunk} "
@@ -262,6 +303,12 @@ def main() -> None:
           f", {args.rounds} rounds, targets rotated (median, min-max); "
           f"xNp: the target's median over its own at {min(points)} partition(s)")
     print_table(results, targets, points)
+    print("the disk, same run: 1 MiB written over N files (one write each) and made durable "
+          "(syncfs from 8 files on, else an fdatasync per file), median of 15, and as a "
+          "multiple of one file's:")
+    one = floors[1]
+    for p in sorted(points):
+        print(f"{p:>10}  files: {floors[p] * 1e3:7.2f} ms {floors[p] / one:7.2f} x")
     if why_not is not None:
         print(f"note: {why_not}")
     elif modes:
