@@ -124,6 +124,47 @@ def test_a_topic_the_view_learns_of_is_awaited_with_its_leaders() -> None:
     assert sorted(truth.asked) == ["gone", "new"] and truth.most_in_flight == 2
 
 
+def test_the_view_wakes_the_wait_when_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait ends at the update that settles the topic, not at a poll's next tick (a
+    poll slower than the whole test shows it); an update of another topic only wakes the
+    wait to look again."""
+    monkeypatch.setattr(new_topics, "CATCH_UP_POLL_S", 0.9)
+    b = _broker(Truth({"new": NEW_ID}, delay=0))
+
+    async def run() -> tuple[Any, float]:
+        _later(0.01, lambda: _learn(b.metadata, "other", uuid.UUID(int=9)))
+        _later(0.03, lambda: _learn(b.metadata, "new", NEW_ID, states=False))
+        _later(0.05, lambda: _learn(b.metadata, "new", NEW_ID))
+        start = time.monotonic()
+        got = await catch_up(b, ["new"])
+        return got, time.monotonic() - start
+
+    got, took = asyncio.run(run())
+    assert [p.leader for p in got["new"].partitions] == [1, 2]
+    assert took < 0.5, took
+
+
+def test_the_cluster_view_sets_one_future_per_update() -> None:
+    """`ClusterMetadata.changed()`: one future shared by the waiters until the next
+    update (brokers, topic, partition state) sets it; a stale state sets nothing."""
+    async def run() -> None:
+        md = ClusterMetadata(1, "PLAINTEXT", "cluster")
+        for update in (lambda: md.set_brokers({}),
+                       lambda: md.set_topic("t", _assignment("t", NEW_ID)),
+                       lambda: md.set_state(("t", 0), VersionedState(PartitionState(
+                           leader=1, leader_epoch=0, isr=(1,), controller_epoch=1), 2))):
+            first = md.changed()
+            assert md.changed() is first and not first.done()
+            update()
+            assert first.done() and md.changed() is not first
+        waiting = md.changed()
+        assert not md.set_state(("t", 0), VersionedState(PartitionState(
+            leader=2, leader_epoch=0, isr=(2,), controller_epoch=1), 1))
+        assert not waiting.done()
+
+    asyncio.run(run())
+
+
 def test_a_view_that_never_catches_up_gives_a_leaderless_answer(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Never a leader the view has not seen: each partition LEADER_NOT_AVAILABLE, with
