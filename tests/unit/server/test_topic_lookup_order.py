@@ -18,6 +18,11 @@ from typing import Any
 import pytest
 
 from tidegate.common.errors import ErrorCode
+from tidegate.coordinator.group.messages import (
+    FetchedOffset,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from tidegate.protocol.messages import build, request_class
 from tidegate.replication.znodes import TopicAssignment
 from tidegate.server.cluster import topic_admin as cluster_topic_admin
@@ -27,7 +32,11 @@ from tidegate.server.cluster.topic_admin import ClusterTopicAdmin
 from tidegate.server.context import RequestContext
 from tidegate.server.handlers.admin import handle_delete_topics
 from tidegate.server.handlers.common import partition_counts, topic_names
-from tidegate.server.handlers.offsets_commit import handle_offset_commit, handle_offset_delete
+from tidegate.server.handlers.offsets_commit import (
+    handle_offset_commit,
+    handle_offset_delete,
+    handle_offset_fetch,
+)
 from tidegate.server.handlers.transactions import handle_add_partitions, handle_txn_offset_commit
 from tidegate.server.topic_admin import FoundTopic
 
@@ -83,6 +92,10 @@ class Coordinator:
     async def delete_offsets(self, group: str, tps: list[tuple[str, int]]
                              ) -> tuple[ErrorCode, list[Any]]:
         return ErrorCode.none, []
+
+    async def fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        return OffsetFetchResponse(ErrorCode.none, tuple(
+            FetchedOffset(t, p, offset=1) for t, p in req.partitions or ()))
 
 
 def _broker(admin: SlowAdmin, denied: set[str] = frozenset()) -> Any:  # type: ignore[assignment]
@@ -154,6 +167,33 @@ def test_offset_commit_v10_finds_an_id_the_cache_lacks() -> None:
     resp = asyncio.run(handle_offset_commit(b, RequestContext(8, 10, 1, "t", "peer"), req))
     assert set(_codes(resp).values()) == {"group_authorization_failed"}
     assert admin.asked_ids == []
+
+
+def test_offset_fetch_v10_looks_the_ids_of_all_its_groups_up_once() -> None:
+    """Several groups naming ids the cache lacks: one lookup for the request, not one per
+    group; a group the principal may not describe adds nothing to it."""
+    unknown, hidden = uuid.UUID(int=99), uuid.UUID(int=77)
+    admin = SlowAdmin({"new": 1}, ids={NEW_ID: "new", hidden: "hidden"})
+    b = _broker(admin)
+    b.authorizer.authorize = lambda *a: not (int(a[3]) == 3 and a[4] == "denied")  # 3: GROUP
+
+    def group(name: str, ids: tuple[uuid.UUID, ...]) -> dict[str, Any]:
+        return {"group_id": name, "member_id": None, "member_epoch": -1,
+                "topics": [{"topic_id": i, "partition_indexes": [0]} for i in ids]}
+
+    req = build(request_class(9, 10), {"groups": [
+        group("g1", (CACHED_ID, NEW_ID)), group("g2", (NEW_ID, unknown)),
+        group("denied", (hidden,)), group("g3", (unknown, CACHED_ID))],
+        "require_stable": False})
+    resp = asyncio.run(handle_offset_fetch(b, RequestContext(9, 10, 1, "t", "peer"), req))
+    assert {str(g.group_id): (g.error_code.name, {
+        str(t.topic_id): t.partitions[0].error_code.name for t in g.topics})
+        for g in resp.groups} == {
+        "g1": ("none", {str(CACHED_ID): "none", str(NEW_ID): "none"}),
+        "g2": ("none", {str(NEW_ID): "none", str(unknown): "unknown_topic_id"}),
+        "denied": ("group_authorization_failed", {}),
+        "g3": ("none", {str(unknown): "unknown_topic_id", str(CACHED_ID): "none"})}
+    assert admin.asked_ids == [{NEW_ID, unknown}]
 
 
 def test_offset_delete_and_txn_offset_commit_check_the_acl_first() -> None:
