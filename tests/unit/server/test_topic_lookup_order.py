@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tidegate.common.errors import ErrorCode
+from tidegate.common.errors import ErrorCode, UnknownTopicOrPartitionError
 from tidegate.coordinator.group.messages import (
     FetchedOffset,
     OffsetFetchRequest,
@@ -30,7 +30,7 @@ from tidegate.server.cluster.errors import ConnectionLossError, NoNodeError
 from tidegate.server.cluster.metadata import ClusterMetadata
 from tidegate.server.cluster.topic_admin import ClusterTopicAdmin
 from tidegate.server.context import RequestContext
-from tidegate.server.handlers.admin import handle_delete_topics
+from tidegate.server.handlers.admin import handle_create_partitions, handle_delete_topics
 from tidegate.server.handlers.common import partition_counts, topic_names
 from tidegate.server.handlers.offsets_commit import (
     handle_offset_commit,
@@ -38,7 +38,7 @@ from tidegate.server.handlers.offsets_commit import (
     handle_offset_fetch,
 )
 from tidegate.server.handlers.transactions import handle_add_partitions, handle_txn_offset_commit
-from tidegate.server.topic_admin import FoundTopic
+from tidegate.server.topic_admin import FoundTopic, check_partition_increase
 
 CACHED_ID, NEW_ID = uuid.UUID(int=5), uuid.UUID(int=6)
 
@@ -52,6 +52,7 @@ class SlowAdmin:
         self.truth, self.ids, self.delay = truth, ids or {}, delay
         self.asked: list[str] = []
         self.asked_ids: list[set[uuid.UUID]] = []
+        self.written: list[str] = []
         self.in_flight = self.most_in_flight = 0
 
     async def find_topic(self, name: str) -> FoundTopic | None:
@@ -68,7 +69,26 @@ class SlowAdmin:
         return {i: self.ids[i] for i in ids if i in self.ids}
 
     async def delete_topic(self, name: str) -> None:
+        await self._write(name)
         self.truth.pop(name, None)
+
+    async def create_partitions(self, name: str, total: int, assignment: Any, *,
+                                validate_only: bool) -> int:
+        await self._write(name)
+        had = self.truth.get(name)
+        if had is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        check_partition_increase(name, had, total, assignment)
+        self.truth[name] = total
+        return had
+
+    async def _write(self, name: str) -> None:
+        """A ZooKeeper write: counted with the lookups in flight."""
+        self.written.append(name)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(self.delay)
+        self.in_flight -= 1
 
 
 class Denying:
@@ -98,13 +118,15 @@ class Coordinator:
             FetchedOffset(t, p, offset=1) for t, p in req.partitions or ()))
 
 
-def _broker(admin: SlowAdmin, denied: set[str] = frozenset()) -> Any:  # type: ignore[assignment]
+def _broker(admin: SlowAdmin, denied: set[str] = frozenset(),  # type: ignore[assignment]
+            cluster: bool = True) -> Any:
     md = ClusterMetadata(1, "PLAINTEXT", "cluster")
     md.set_topic("cached", TopicAssignment("cached", {0: (1,), 1: (1,)}, topic_id=CACHED_ID))
     return SimpleNamespace(
         metadata=md, topic_admin=admin, authorizer=Denying(set(denied)),
         clock=SimpleNamespace(monotonic=time.monotonic), group_coordinator=Coordinator(),
-        config=SimpleNamespace(get_bool=lambda key: True))
+        config=SimpleNamespace(get_bool=lambda key: True),
+        replicas=SimpleNamespace(cluster=cluster))
 
 
 def _codes(resp: Any) -> dict[str, str]:
@@ -244,6 +266,35 @@ def test_delete_topics_v6_finds_an_id_the_cache_lacks() -> None:
     assert [(r.name, r.error_code.name) for r in resp.responses] == [
         ("new", "none"), (None, "unknown_topic_id")]
     assert admin.asked_ids == [{NEW_ID, unknown}] and "new" not in admin.truth
+
+
+def test_delete_topics_and_create_partitions_do_their_topics_side_by_side() -> None:
+    """In a cluster each topic's lookup and write (ZooKeeper round trips) go side by
+    side, a name given twice in turn (1 -> 2 -> 3 partitions); the answers in request
+    order. Embedded, one after the other."""
+    names = [f"t{i}" for i in range(8)]
+    for cluster in (True, False):
+        admin = SlowAdmin(dict.fromkeys(names, 1), delay=0.02)
+        b = _broker(admin, cluster=cluster)
+        req = build(request_class(37, 3), {"topics": [
+            {"name": n, "count": c, "assignments": None}
+            for n, c in [("t0", 2), ("gone", 2), ("t0", 3), *((n, 2) for n in names[1:])]],
+            "timeout": 0, "validate_only": False})
+        resp = asyncio.run(handle_create_partitions(
+            b, RequestContext(37, 3, 1, "t", "peer"), req))
+        assert [(str(r.name), r.error_code.name) for r in resp.results] == [
+            ("t0", "none"), ("gone", "unknown_topic_or_partition"), ("t0", "none"),
+            *((n, "none") for n in names[1:])]
+        assert admin.truth == {"t0": 3, **dict.fromkeys(names[1:], 2)}
+        assert admin.most_in_flight == (len(names) + 1 if cluster else 1)  # with "gone"
+        admin.most_in_flight = 0
+        req = build(request_class(20, 4), {"topic_names": ["gone", *names, "cached"],
+                                           "timeout": 0})
+        resp = asyncio.run(handle_delete_topics(b, RequestContext(20, 4, 1, "t", "peer"), req))
+        assert [(r.name, r.error_code.name) for r in resp.responses] == [
+            ("gone", "unknown_topic_or_partition"), *((n, "none") for n in names),
+            ("cached", "none")]
+        assert admin.truth == {} and admin.most_in_flight == (len(names) + 2 if cluster else 1)
 
 
 def test_topic_names_prefers_the_cache() -> None:
