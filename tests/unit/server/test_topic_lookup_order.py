@@ -16,8 +16,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tests.unit.server.topic_truth import Denying, TopicTruth
 
-from tidegate.common.errors import ErrorCode, UnknownTopicOrPartitionError
+from tidegate.common.errors import ErrorCode
 from tidegate.coordinator.group.messages import (
     FetchedOffset,
     OffsetFetchRequest,
@@ -38,67 +39,8 @@ from tidegate.server.handlers.offsets_commit import (
     handle_offset_fetch,
 )
 from tidegate.server.handlers.transactions import handle_add_partitions, handle_txn_offset_commit
-from tidegate.server.topic_admin import FoundTopic, check_partition_increase
 
 CACHED_ID, NEW_ID = uuid.UUID(int=5), uuid.UUID(int=6)
-
-
-class SlowAdmin:
-    """The topic admin's truth: `truth` name -> partitions; each lookup takes `delay` s
-    and is recorded, with how many were in flight at once."""
-
-    def __init__(self, truth: dict[str, int], ids: dict[uuid.UUID, str] | None = None,
-                 delay: float = 0.05) -> None:
-        self.truth, self.ids, self.delay = truth, ids or {}, delay
-        self.asked: list[str] = []
-        self.asked_ids: list[set[uuid.UUID]] = []
-        self.written: list[str] = []
-        self.in_flight = self.most_in_flight = 0
-
-    async def find_topic(self, name: str) -> FoundTopic | None:
-        self.asked.append(name)
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        await asyncio.sleep(self.delay)
-        self.in_flight -= 1
-        n = self.truth.get(name)
-        return None if n is None else FoundTopic(uuid.uuid4(), n)
-
-    async def find_topic_ids(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
-        self.asked_ids.append(set(ids))
-        return {i: self.ids[i] for i in ids if i in self.ids}
-
-    async def delete_topic(self, name: str) -> None:
-        await self._write(name)
-        self.truth.pop(name, None)
-
-    async def create_partitions(self, name: str, total: int, assignment: Any, *,
-                                validate_only: bool) -> int:
-        await self._write(name)
-        had = self.truth.get(name)
-        if had is None:
-            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
-        check_partition_increase(name, had, total, assignment)
-        self.truth[name] = total
-        return had
-
-    async def _write(self, name: str) -> None:
-        """A ZooKeeper write: counted with the lookups in flight."""
-        self.written.append(name)
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        await asyncio.sleep(self.delay)
-        self.in_flight -= 1
-
-
-class Denying:
-    """An authorizer allowing everything but the topics in `denied`."""
-
-    def __init__(self, denied: set[str]) -> None:
-        self.denied = denied
-
-    def authorize(self, principal: str, host: str, op: Any, rtype: Any, name: str) -> bool:
-        return not (int(rtype) == 2 and name in self.denied)  # 2: TOPIC
 
 
 class Coordinator:
@@ -118,7 +60,7 @@ class Coordinator:
             FetchedOffset(t, p, offset=1) for t, p in req.partitions or ()))
 
 
-def _broker(admin: SlowAdmin, denied: set[str] = frozenset(),  # type: ignore[assignment]
+def _broker(admin: TopicTruth, denied: set[str] = frozenset(),  # type: ignore[assignment]
             cluster: bool = True) -> Any:
     md = ClusterMetadata(1, "PLAINTEXT", "cluster")
     md.set_topic("cached", TopicAssignment("cached", {0: (1,), 1: (1,)}, topic_id=CACHED_ID))
@@ -141,7 +83,7 @@ def _commit_topics(names: list[str]) -> list[dict[str, Any]]:
 
 
 def test_partition_counts_asks_only_the_misses_and_together() -> None:
-    admin = SlowAdmin({"a": 1, "b": 3, "cached": 4})
+    admin = TopicTruth({"a": 1, "b": 3, "cached": 4})
     b = _broker(admin)
     start = time.monotonic()
     got = asyncio.run(partition_counts(b, {"cached": 2, "a": 1, "b": 2, "none": 1}))
@@ -153,7 +95,7 @@ def test_partition_counts_asks_only_the_misses_and_together() -> None:
 def test_offset_commit_checks_the_acl_before_looking_a_topic_up() -> None:
     """An unauthorized client naming unknown topics costs no lookup; the authorized
     unknown ones are looked up together."""
-    admin = SlowAdmin({"new": 1})
+    admin = TopicTruth({"new": 1})
     b = _broker(admin, denied={"secret-1", "secret-2", "new-secret"})
     req = build(request_class(8, 8), {
         "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
@@ -171,7 +113,7 @@ def test_offset_commit_checks_the_acl_before_looking_a_topic_up() -> None:
 
 def test_offset_commit_v10_finds_an_id_the_cache_lacks() -> None:
     unknown = uuid.UUID(int=99)
-    admin = SlowAdmin({"new": 1}, ids={NEW_ID: "new"})
+    admin = TopicTruth({"new": 1}, ids={NEW_ID: "new"})
     b = _broker(admin)
     req = build(request_class(8, 10), {
         "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
@@ -195,7 +137,7 @@ def test_offset_fetch_v10_looks_the_ids_of_all_its_groups_up_once() -> None:
     """Several groups naming ids the cache lacks: one lookup for the request, not one per
     group; a group the principal may not describe adds nothing to it."""
     unknown, hidden = uuid.UUID(int=99), uuid.UUID(int=77)
-    admin = SlowAdmin({"new": 1}, ids={NEW_ID: "new", hidden: "hidden"})
+    admin = TopicTruth({"new": 1}, ids={NEW_ID: "new", hidden: "hidden"})
     b = _broker(admin)
     b.authorizer.authorize = lambda *a: not (int(a[3]) == 3 and a[4] == "denied")  # 3: GROUP
 
@@ -219,7 +161,7 @@ def test_offset_fetch_v10_looks_the_ids_of_all_its_groups_up_once() -> None:
 
 
 def test_offset_delete_and_txn_offset_commit_check_the_acl_first() -> None:
-    admin = SlowAdmin({})
+    admin = TopicTruth({})
     b = _broker(admin, denied={"secret"})
     req = build(request_class(47, 0), {"group_id": "g", "topics": [
         {"name": n, "partitions": [{"partition_index": 0}]} for n in ("secret", "gone")]})
@@ -240,7 +182,7 @@ def test_offset_delete_and_txn_offset_commit_check_the_acl_first() -> None:
 
 
 def test_add_partitions_to_txn_looks_its_topics_up_together() -> None:
-    admin = SlowAdmin({})
+    admin = TopicTruth({})
     b = _broker(admin)
     req = build(request_class(24, 3), {
         "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 7,
@@ -256,7 +198,7 @@ def test_add_partitions_to_txn_looks_its_topics_up_together() -> None:
 
 
 def test_delete_topics_v6_finds_an_id_the_cache_lacks() -> None:
-    admin = SlowAdmin({"new": 1}, ids={NEW_ID: "new"})
+    admin = TopicTruth({"new": 1}, ids={NEW_ID: "new"})
     b = _broker(admin)
     unknown = uuid.UUID(int=99)
     req = build(request_class(20, 6), {"topics": [{"name": None, "topic_id": i}
@@ -265,7 +207,7 @@ def test_delete_topics_v6_finds_an_id_the_cache_lacks() -> None:
     resp = asyncio.run(handle_delete_topics(b, RequestContext(20, 6, 1, "t", "peer"), req))
     assert [(r.name, r.error_code.name) for r in resp.responses] == [
         ("new", "none"), (None, "unknown_topic_id")]
-    assert admin.asked_ids == [{NEW_ID, unknown}] and "new" not in admin.truth
+    assert admin.asked_ids == [{NEW_ID, unknown}] and "new" not in admin.topics
 
 
 def test_delete_topics_and_create_partitions_do_their_topics_side_by_side() -> None:
@@ -274,7 +216,7 @@ def test_delete_topics_and_create_partitions_do_their_topics_side_by_side() -> N
     order. Embedded, one after the other."""
     names = [f"t{i}" for i in range(8)]
     for cluster in (True, False):
-        admin = SlowAdmin(dict.fromkeys(names, 1), delay=0.02)
+        admin = TopicTruth(dict.fromkeys(names, 1), delay=0.02)
         b = _broker(admin, cluster=cluster)
         req = build(request_class(37, 3), {"topics": [
             {"name": n, "count": c, "assignments": None}
@@ -285,7 +227,7 @@ def test_delete_topics_and_create_partitions_do_their_topics_side_by_side() -> N
         assert [(str(r.name), r.error_code.name) for r in resp.results] == [
             ("t0", "none"), ("gone", "unknown_topic_or_partition"), ("t0", "none"),
             *((n, "none") for n in names[1:])]
-        assert admin.truth == {"t0": 3, **dict.fromkeys(names[1:], 2)}
+        assert admin.topics == {"t0": 3, **dict.fromkeys(names[1:], 2)}
         assert admin.most_in_flight == (len(names) + 1 if cluster else 1)  # with "gone"
         admin.most_in_flight = 0
         req = build(request_class(20, 4), {"topic_names": ["gone", *names, "cached"],
@@ -294,11 +236,11 @@ def test_delete_topics_and_create_partitions_do_their_topics_side_by_side() -> N
         assert [(r.name, r.error_code.name) for r in resp.responses] == [
             ("gone", "unknown_topic_or_partition"), *((n, "none") for n in names),
             ("cached", "none")]
-        assert admin.truth == {} and admin.most_in_flight == (len(names) + 2 if cluster else 1)
+        assert admin.topics == {} and admin.most_in_flight == (len(names) + 2 if cluster else 1)
 
 
 def test_topic_names_prefers_the_cache() -> None:
-    admin = SlowAdmin({}, ids={NEW_ID: "new"})
+    admin = TopicTruth({}, ids={NEW_ID: "new"})
     got = asyncio.run(topic_names(_broker(admin), [CACHED_ID, NEW_ID, uuid.UUID(int=0)]))
     assert got == {CACHED_ID: "cached", NEW_ID: "new"}
     assert admin.asked_ids == [{NEW_ID}]
@@ -307,7 +249,7 @@ def test_topic_names_prefers_the_cache() -> None:
 def test_topic_names_sees_the_cache_catch_up_during_the_lookup() -> None:
     """The cluster lookup skips the topics the cache knows when it lists them: one the
     watcher added meanwhile is found in the cache afterwards."""
-    admin = SlowAdmin({})
+    admin = TopicTruth({})
     b = _broker(admin)
 
     async def caught_up(ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
