@@ -2,7 +2,7 @@
 
 Each broker runs `python -m tidegate.cli.main serve` on a free loopback port with its
 own data directory, exactly as a user would start it, and the tests talk to it over
-TCP with real clients.
+TCP with real clients. `soak_seed` gives a soak run its random seed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def soak_seed() -> int:
+    """A new seed for a soak run's random choices, printed (shown with a failing test's
+    output) so the run can be replayed: TIDEGATE_SOAK_SEED=<seed> gives it back. From
+    the pid and the clock in nanoseconds: two runs started in the same second (parallel
+    lanes, two checkouts) get different seeds, as they did not from the seconds alone."""
+    given = os.environ.get("TIDEGATE_SOAK_SEED")
+    seed = int(given) if given else (os.getpid() << 40 ^ time.time_ns()) & (1 << 62) - 1
+    print(f"soak seed {seed} (replay: TIDEGATE_SOAK_SEED={seed})", flush=True)
+    return seed
 
 
 class BrokerProcess:

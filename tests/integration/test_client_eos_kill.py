@@ -23,11 +23,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import ROOT, soak_seed
 from tests.integration.test_eos_pipeline import Pipeline, run_pipeline
 
 PROCESSOR = Path(__file__).with_name("tidegate_eos_processor.py")
@@ -77,4 +76,4 @@ def test_tidegate_processor_exactly_once_under_kill9(tmp_path: Path, mode: str) 
 @pytest.mark.parametrize("mode", sorted(PIPELINES))
 def test_tidegate_processor_exactly_once_soak(tmp_path: Path, mode: str) -> None:
     run_pipeline(tmp_path, n=100_000, processor_kills=60, broker_kills=6, budget=1500,
-                 seed=int(time.time()), pipeline=PIPELINES[mode])
+                 seed=soak_seed(), pipeline=PIPELINES[mode])

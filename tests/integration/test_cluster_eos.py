@@ -32,12 +32,12 @@ and with Tidegate's own processor.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from tests.integration.cluster_txn_util import ClusterTarget
+from tests.integration.conftest import soak_seed
 from tests.integration.test_client_eos_kill import HelperPipeline
 from tests.integration.test_eos_pipeline import Pipeline, run_pipeline
 from tests.integration.test_txn_history import run_workload
@@ -79,7 +79,7 @@ def test_history_on_the_cluster_under_faults(tmp_path: Path) -> None:
 @pytest.mark.timeout(1500)
 @SOAK
 def test_history_on_the_cluster_soak(tmp_path: Path) -> None:
-    run_workload(tmp_path, duration=600, workers=6, seed=int(time.time()),
+    run_workload(tmp_path, duration=600, workers=6, seed=soak_seed(),
                  target=_history_target(tmp_path, 6))
 
 
@@ -96,7 +96,7 @@ def test_copier_exactly_once_on_the_cluster(tmp_path: Path) -> None:
 @SOAK
 def test_copier_exactly_once_on_the_cluster_soak(tmp_path: Path) -> None:
     run_pipeline(tmp_path, n=100_000, processor_kills=60, broker_kills=20, budget=2000,
-                 seed=int(time.time()), pipeline=SmallBatchPipeline,
+                 seed=soak_seed(), pipeline=SmallBatchPipeline,
                  target=ClusterTarget(tmp_path / "cluster", ["eos-processor"], ["eos-group"]))
 
 
@@ -105,6 +105,6 @@ def test_copier_exactly_once_on_the_cluster_soak(tmp_path: Path) -> None:
 @SOAK
 def test_tidegate_processor_exactly_once_on_the_cluster_soak(tmp_path: Path) -> None:
     run_pipeline(tmp_path, n=100_000, processor_kills=60, broker_kills=20, budget=2000,
-                 seed=int(time.time()), pipeline=SmallBatchHelperPipeline,
+                 seed=soak_seed(), pipeline=SmallBatchHelperPipeline,
                  target=ClusterTarget(tmp_path / "cluster", ["tidegate-eos-helper"],
                                       ["eos-group"]))

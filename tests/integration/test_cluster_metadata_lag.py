@@ -308,3 +308,53 @@ def test_topics_described_right_after_create(
     print(f"{len(took)} describes, {leaderless} without a leader yet; answered in "
           f"{took[len(took) // 2] * 1000:.0f} ms (median), {took[-1] * 1000:.0f} ms (max)")
     assert not failures, failures
+
+
+MANY = 50
+
+
+def test_many_topics_in_one_create_partitions_and_delete_topics(
+        cluster: Cluster, raws: dict[int, RawClient]) -> None:
+    """One CreatePartitions and one DeleteTopics naming 50 topics, with unknown names
+    (and, for CreatePartitions, a name given twice: grown 1 -> 2 -> 3, in request order)
+    mixed in, through a broker that did not create them: each topic answered as if it
+    were alone, in request order. Prints each request's time (ZooKeeper round trips per
+    topic: side by side, server/handlers/admin.py)."""
+    tag = uuid.uuid4().hex[:6]
+    names = [f"lag-many-{tag}-{i}" for i in range(MANY)]
+    r = raws[1].call(19, 7, {"topics": [
+        {"name": n, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+         "configs": []} for n in names], "timeout": 30000})
+    assert {t.error_code.name for t in r.topics} == {"none"}, r
+    ids = {str(t.name): uuid.UUID(str(t.topic_id)) for t in r.topics}
+    asked = [(n, 2) for n in names[:10]] + [(f"lag-many-{tag}-gone", 2), (names[3], 3)] + [
+        (n, 2) for n in names[10:]]
+    start = time.monotonic()
+    r = raws[2].call(37, 3, {"topics": [{"name": n, "count": c, "assignments": None}
+                                        for n, c in asked],
+                             "timeout": 0, "validate_only": False})
+    grew = time.monotonic() - start
+    assert [(str(x.name), x.error_code.name) for x in r.results] == [
+        (n, "unknown_topic_or_partition" if n.endswith("-gone") else "none") for n, _ in asked]
+    wait_for("the topics grown", lambda: [len(t.partitions) for t in raws[2].call(
+        3, 12, {"topics": [{"name": n} for n in names], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False}).topics] == [
+        3 if i == 3 else 2 for i in range(MANY)])
+    # v6: the first half by id, the rest by name, an unknown name and an unknown id
+    gone_id = uuid.uuid4()
+    targets = ([{"name": None, "topic_id": ids[n]} for n in names[:MANY // 2]]
+               + [{"name": f"lag-many-{tag}-gone", "topic_id": None}]
+               + [{"name": n, "topic_id": None} for n in names[MANY // 2:]]
+               + [{"name": None, "topic_id": gone_id}])
+    start = time.monotonic()
+    r = raws[3].call(20, 6, {"topics": targets, "timeout": 0})
+    deleted = time.monotonic() - start
+    assert [(x.name and str(x.name), x.error_code.name) for x in r.responses] == (
+        [(n, "none") for n in names[:MANY // 2]]
+        + [(f"lag-many-{tag}-gone", "unknown_topic_or_partition")]
+        + [(n, "none") for n in names[MANY // 2:]] + [(None, "unknown_topic_id")])
+    assert [x.topic_id for x in r.responses] == (  # the zero id decodes as None
+        [ids[n] for n in names[:MANY // 2]] + [None]
+        + [ids[n] for n in names[MANY // 2:]] + [gone_id])
+    print(f"{MANY} topics: CreatePartitions {grew * 1000:.0f} ms, "
+          f"DeleteTopics {deleted * 1000:.0f} ms")

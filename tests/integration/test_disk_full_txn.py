@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from tests.integration.conftest import BrokerProcess
+from tests.integration.conftest import BrokerProcess, soak_seed
 from tests.integration.history import History, Read, Report, Send, Write, check
 from tests.integration.test_eos_pipeline import create_topics, read_committed_all
 from tests.integration.test_txn_history import PARTITIONS, TOPIC, Worker
@@ -337,4 +337,4 @@ def test_transactions_through_a_full_disk(tmp_path: Path, small_fs: Path) -> Non
 @pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
                     reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
 def test_transactions_through_full_disks_soak(tmp_path: Path, small_fs: Path) -> None:
-    run_disk_full_workload(tmp_path, small_fs, episodes=6, full_s=15, seed=int(time.time()))
+    run_disk_full_workload(tmp_path, small_fs, episodes=6, full_s=15, seed=soak_seed())

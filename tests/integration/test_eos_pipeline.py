@@ -36,7 +36,7 @@ from typing import Protocol
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from tests.integration.conftest import ROOT, BrokerProcess
+from tests.integration.conftest import ROOT, BrokerProcess, soak_seed
 
 PROCESSOR = Path(__file__).with_name("eos_processor.py")
 TXN_OVERRIDES = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
@@ -394,4 +394,4 @@ def test_consume_transform_produce_exactly_once_with_the_consumer_protocol(
                     reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
 def test_consume_transform_produce_exactly_once_soak(tmp_path: Path) -> None:
     run_pipeline(tmp_path, n=100_000, processor_kills=80, broker_kills=10, budget=1500,
-                 seed=int(time.time()))
+                 seed=soak_seed())

@@ -9,7 +9,7 @@ compacted topic whose cleaner has removed offsets (gaps inside a range). The exp
 visible values come from what the writers did, not from a Tidegate read. The same
 holds for split (`minPartitions`, `maxRecordsPerPartition`) and packed (`maxPartitions`)
 reads, and the sink writes the same records from Arrow batches as from rows. Serial lane
-(its own broker and SparkSession); under `make soak` only.
+(its own broker, the run's shared SparkSession); under `make soak` only.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from typing import Protocol
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as TP
-from tests.integration.conftest import BrokerProcess
+from tests.integration.conftest import BrokerProcess, soak_seed
 from tests.integration.history import History, OpType, Read, Report, Send, Write, check
 from tests.integration.test_eos_pipeline import (
     TXN_OVERRIDES,
@@ -345,4 +345,4 @@ def test_the_workload_catches_read_uncommitted_consumers(tmp_path: Path) -> None
 @pytest.mark.skipif(not os.environ.get("TIDEGATE_SOAK"),
                     reason="soak run: `make soak` (TIDEGATE_SOAK=1)")
 def test_transactional_queue_history_soak(tmp_path: Path) -> None:
-    run_workload(tmp_path, duration=660, workers=6, seed=int(time.time()))
+    run_workload(tmp_path, duration=660, workers=6, seed=soak_seed())

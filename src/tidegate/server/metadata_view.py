@@ -16,6 +16,7 @@ that reads a topic twice sees one consistent state per read.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,6 +89,15 @@ class ListenerAwareView(Protocol):
     are; a view that is not answers `brokers()` for all."""
 
     def brokers_on(self, listener: str) -> Sequence[BrokerEndpoint]: ...
+
+
+@runtime_checkable
+class ChangingView(Protocol):
+    """A view that follows a truth elsewhere and can say when it changed (the cluster
+    view): `changed()` is a future done at its next update, shared by every waiter (wait
+    on it with `asyncio.wait`, which does not cancel it)."""
+
+    def changed(self) -> asyncio.Future[None]: ...
 
 
 def brokers_on(view: MetadataView, listener: str) -> Sequence[BrokerEndpoint]:

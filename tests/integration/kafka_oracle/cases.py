@@ -270,19 +270,61 @@ def _wait_txn_ended(topic: str) -> Callable[[RawClient, Any], None]:
                       for s in r.topics[0].partitions[0].active_producers))
 
 
-def _txn_then_end(txn: str, topic: str, commit: bool) -> list[Step]:
-    """One transactional record (timestamp TS) in `topic`, then EndTxn v4 (transaction
-    version 1: the epoch stays) and DescribeProducers before and after the marker."""
+def _txn_write(txn: str, topic: str) -> list[Step]:
+    """`topic` made, then one transactional record (timestamp TS, sequence 0) in its
+    partition 0 by `txn`: steps 0-3, InitProducerId's answer is step 1's."""
     return [
         create(topic),
         Step(22, {"transactional_id": txn, "transaction_timeout": 60000,
                   "producer_id": -1, "producer_epoch": -1}),
         Step(24, lambda r: _add_partitions(txn, r[1], topic, 0)),
         Step(0, lambda r: _txn_produce(txn, r[1], topic, TS)),
+    ]
+
+
+def _txn_then_end(txn: str, topic: str, commit: bool) -> list[Step]:
+    """One transactional record (timestamp TS) in `topic`, then EndTxn v4 (transaction
+    version 1: the epoch stays) and DescribeProducers before and after the marker."""
+    return [
+        *_txn_write(txn, topic),
         _describe_producers(topic),
         Step(26, lambda r: _end_txn(txn, r[1], commit), version=4,
              settle=_wait_txn_ended(topic)),
         _describe_producers(topic),
+    ]
+
+
+def _wait_txn_complete(txn: str, topic: str) -> Callable[[RawClient, Any], None]:
+    """After EndTxn: until partition 0 has its marker and the coordinator has completed
+    the transaction (Kafka does both after it answers; the next transaction's
+    AddPartitionsToTxn would meet CONCURRENT_TRANSACTIONS)."""
+    markers = _wait_txn_ended(topic)
+    completed = _wait_until(
+        f"{txn}: not yet completed", 65, 0, {"transactional_ids": [txn]},
+        lambda r: r.transaction_states[0].transaction_state in ("CompleteAbort",
+                                                                "CompleteCommit"))
+
+    def settle(client: RawClient, response: Any) -> None:
+        markers(client, response)
+        completed(client, response)
+
+    return settle
+
+
+def _sequence_reused_after_abort(txn: str, topic: str) -> list[Step]:
+    """A transactional batch (sequence 0) aborted, then the same batch, same epoch and
+    sequences, in the next transaction (EndTxn v4: transaction version 1, the epoch
+    stays): what librdkafka sends after aborting a transaction whose written batch lost
+    its answer. Kafka answers it as a duplicate of the aborted batch (NONE, its old
+    offset: the new transaction would commit nothing); Tidegate refuses the reuse,
+    OUT_OF_ORDER_SEQUENCE_NUMBER (storage/producer_rules.py, REUSED_AFTER_MARKER)."""
+    return [
+        *_txn_write(txn, topic),
+        Step(26, lambda r: _end_txn(txn, r[1], False), version=4,
+             settle=_wait_txn_complete(txn, topic)),
+        Step(24, lambda r: _add_partitions(txn, r[1], topic, 0)),
+        Step(0, lambda r: _txn_produce(txn, r[1], topic, TS)),
+        Step(26, lambda r: _end_txn(txn, r[1], False), version=4),
     ]
 
 
@@ -654,6 +696,9 @@ CASES: list[Case] = [
          _txn_then_end("oracle-tx-dpa", "oracle-dpa", commit=False)),
     Case("describe_producers_after_commit",
          _txn_then_end("oracle-tx-dpc", "oracle-dpc", commit=True)),
+    # a transaction's sequences reused by the next one (beyond Kafka: docs/transactions.md)
+    Case("txn_sequence_reused_after_abort",
+         _sequence_reused_after_abort("oracle-tx-reuse", "oracle-reuse"), sample=True),
     Case("describe_producers_unknown", [
         Step(61, {"topics": [{"name": "oracle-nosuch-dp", "partition_indexes": [0]}]}),
     ]),

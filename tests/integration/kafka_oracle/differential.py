@@ -255,6 +255,10 @@ KNOWN = {
     "incremental_alter_configs_invalid step 4":
         "an unknown config operation: Kafka answers UNKNOWN_SERVER_ERROR, Tidegate "
         "INVALID_REQUEST",
+    "txn_sequence_reused_after_abort step 6":
+        "a transactional batch repeating an aborted batch's sequences in the next "
+        "transaction (same epoch): Kafka answers NONE with the aborted batch's offset, "
+        "Tidegate OUT_OF_ORDER_SEQUENCE_NUMBER (beyond Kafka: REUSED_AFTER_MARKER)",
 }
 
 

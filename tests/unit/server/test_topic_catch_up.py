@@ -17,8 +17,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tests.unit.server.topic_truth import Denying, TopicTruth
 
-from tidegate.common.errors import TopicAlreadyExistsError
 from tidegate.protocol.messages import build, request_class
 from tidegate.replication.controller_logic import VersionedState
 from tidegate.replication.znodes import (
@@ -37,46 +37,9 @@ CACHED_ID, NEW_ID, UNKNOWN_ID = uuid.UUID(int=5), uuid.UUID(int=6), uuid.UUID(in
 REPLICAS = ((1, 2), (2, 1))
 
 
-class Truth:
-    """The topic admin's truth: name -> id; lookups recorded, with how many at once."""
-
-    def __init__(self, topics: dict[str, uuid.UUID], delay: float = 0.02) -> None:
-        self.topics, self.delay = topics, delay
-        self.asked: list[str] = []
-        self.asked_ids: list[set[uuid.UUID]] = []
-        self.created: list[str] = []
-        self.in_flight = self.most_in_flight = 0
-
-    async def find_topic(self, name: str) -> FoundTopic | None:
-        self.asked.append(name)
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        await asyncio.sleep(self.delay)
-        self.in_flight -= 1
-        i = self.topics.get(name)
-        return None if i is None else FoundTopic(i, len(REPLICAS), REPLICAS)
-
-    async def find_topic_ids(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
-        self.asked_ids.append(set(ids))
-        return {i: n for n, i in self.topics.items() if i in ids}
-
-    async def create_topic(self, name: str, *args: Any, **kwargs: Any) -> None:
-        self.created.append(name)
-        if name in self.topics:
-            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
-
-
-class Denying:
-    """An authorizer allowing everything but the topics in `denied`."""
-
-    def __init__(self, denied: set[str]) -> None:
-        self.denied = denied
-
-    def authorize(self, principal: str, host: str, op: Any, rtype: Any, name: str) -> bool:
-        return not (int(rtype) == 2 and name in self.denied)  # 2: TOPIC
-
-    def authorized_operations(self, *args: Any) -> int:
-        return 0
+def _truth(topics: dict[str, uuid.UUID], delay: float = 0.02) -> TopicTruth:
+    """The topic admin's truth: these topics (name -> id), each with REPLICAS."""
+    return TopicTruth.with_ids(topics, REPLICAS, delay)
 
 
 def _assignment(name: str, topic_id: uuid.UUID) -> TopicAssignment:
@@ -92,7 +55,7 @@ def _learn(md: ClusterMetadata, name: str, topic_id: uuid.UUID, *, states: bool 
                            controller_epoch=1), 0))
 
 
-def _broker(truth: Truth, denied: set[str] = frozenset(), cluster: bool = True,  # type: ignore[assignment]
+def _broker(truth: TopicTruth, denied: set[str] = frozenset(), cluster: bool = True,  # type: ignore[assignment]
             auto_create: bool = False) -> Any:
     md = ClusterMetadata(1, "PLAINTEXT", "cluster")
     md.set_brokers({i: BrokerInfo(i, (BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9000 + i),))
@@ -109,7 +72,7 @@ def _later(delay: float, action: Any) -> None:
 
 
 def test_a_topic_the_view_learns_of_is_awaited_with_its_leaders() -> None:
-    truth = Truth({"cached": CACHED_ID, "new": NEW_ID})
+    truth = _truth({"cached": CACHED_ID, "new": NEW_ID})
     b = _broker(truth)
 
     async def run() -> Any:
@@ -124,24 +87,65 @@ def test_a_topic_the_view_learns_of_is_awaited_with_its_leaders() -> None:
     assert sorted(truth.asked) == ["gone", "new"] and truth.most_in_flight == 2
 
 
+def test_the_view_wakes_the_wait_when_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait ends at the update that settles the topic, not at a poll's next tick (a
+    poll slower than the whole test shows it); an update of another topic only wakes the
+    wait to look again."""
+    monkeypatch.setattr(new_topics, "CATCH_UP_POLL_S", 0.9)
+    b = _broker(_truth({"new": NEW_ID}, delay=0))
+
+    async def run() -> tuple[Any, float]:
+        _later(0.01, lambda: _learn(b.metadata, "other", uuid.UUID(int=9)))
+        _later(0.03, lambda: _learn(b.metadata, "new", NEW_ID, states=False))
+        _later(0.05, lambda: _learn(b.metadata, "new", NEW_ID))
+        start = time.monotonic()
+        got = await catch_up(b, ["new"])
+        return got, time.monotonic() - start
+
+    got, took = asyncio.run(run())
+    assert [p.leader for p in got["new"].partitions] == [1, 2]
+    assert took < 0.5, took
+
+
+def test_the_cluster_view_sets_one_future_per_update() -> None:
+    """`ClusterMetadata.changed()`: one future shared by the waiters until the next
+    update (brokers, topic, partition state) sets it; a stale state sets nothing."""
+    async def run() -> None:
+        md = ClusterMetadata(1, "PLAINTEXT", "cluster")
+        for update in (lambda: md.set_brokers({}),
+                       lambda: md.set_topic("t", _assignment("t", NEW_ID)),
+                       lambda: md.set_state(("t", 0), VersionedState(PartitionState(
+                           leader=1, leader_epoch=0, isr=(1,), controller_epoch=1), 2))):
+            first = md.changed()
+            assert md.changed() is first and not first.done()
+            update()
+            assert first.done() and md.changed() is not first
+        waiting = md.changed()
+        assert not md.set_state(("t", 0), VersionedState(PartitionState(
+            leader=2, leader_epoch=0, isr=(2,), controller_epoch=1), 1))
+        assert not waiting.done()
+
+    asyncio.run(run())
+
+
 def test_a_view_that_never_catches_up_gives_a_leaderless_answer(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Never a leader the view has not seen: each partition LEADER_NOT_AVAILABLE, with
     the znode's replicas."""
     monkeypatch.setattr(new_topics, "CATCH_UP_S", 0.05)
-    b = _broker(Truth({"new": NEW_ID}))
+    b = _broker(_truth({"new": NEW_ID}))
     got = asyncio.run(catch_up(b, ["new"]))["new"]
     assert got.topic_id == NEW_ID
     assert [(p.leader, p.replicas, p.isr) for p in got.partitions] == [
         (-1, (1, 2), ()), (-1, (2, 1), ())]
     # a topic found by id: its znode read after the wait
-    truth = Truth({"new": NEW_ID})
+    truth = _truth({"new": NEW_ID})
     got = asyncio.run(catch_up(_broker(truth), [], known={"new"}))["new"]
     assert truth.asked == ["new"] and [p.leader for p in got.partitions] == [-1, -1]
 
 
 def test_a_name_found_nowhere_costs_no_wait() -> None:
-    truth = Truth({})
+    truth = _truth({})
     start = time.monotonic()
     assert asyncio.run(catch_up(_broker(truth), ["gone-1", "gone-2"])) == {}
     assert time.monotonic() - start < new_topics.CATCH_UP_S / 2
@@ -150,7 +154,7 @@ def test_a_name_found_nowhere_costs_no_wait() -> None:
 
 def test_an_offline_partition_is_not_waited_for() -> None:
     """A state without a leader (no replica alive) is an answer: no wait for a leader."""
-    b = _broker(Truth({"new": NEW_ID}))
+    b = _broker(_truth({"new": NEW_ID}))
     b.metadata.set_topic("new", _assignment("new", NEW_ID))
     for p in range(len(REPLICAS)):
         b.metadata.set_state(("new", p), VersionedState(
@@ -163,13 +167,13 @@ def test_an_offline_partition_is_not_waited_for() -> None:
 
 def test_lookups_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(new_topics, "FIND_NAMES_MAX", 3)
-    truth = Truth({}, delay=0)
+    truth = _truth({}, delay=0)
     asyncio.run(catch_up(_broker(truth), [f"gone-{i}" for i in range(10)]))
     assert len(truth.asked) == 3
 
 
 def test_embedded_looks_nothing_up() -> None:
-    truth = Truth({"new": NEW_ID})
+    truth = _truth({"new": NEW_ID})
     assert asyncio.run(catch_up(_broker(truth, cluster=False), ["new"], {"x"})) == {}
     assert truth.asked == []
 
@@ -185,12 +189,12 @@ def _metadata(b: Any, topics: list[dict[str, Any]], auto: bool = False) -> dict[
 def test_metadata_describes_a_topic_created_through_another_broker() -> None:
     """By id and by name, after the ACL checks: a denied name costs no lookup (an id
     needs one to know its name), found topics are answered with their leaders."""
-    truth = Truth({"cached": CACHED_ID, "new": NEW_ID, "secret": uuid.UUID(int=7)})
+    truth = _truth({"cached": CACHED_ID, "new": NEW_ID, "secret": uuid.UUID(int=7)})
     b = _broker(truth, denied={"secret", "secret-2"})
 
     async def learn_soon(ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
         asyncio.get_running_loop().call_later(0.03, _learn, b.metadata, "new", NEW_ID)
-        return await Truth.find_topic_ids(truth, ids)
+        return await TopicTruth.find_topic_ids(truth, ids)
 
     truth.find_topic_ids = learn_soon  # type: ignore[method-assign]
     got = _metadata(b, [{"name": None, "topic_id": i}
@@ -209,13 +213,13 @@ def test_auto_creation_does_not_fire_on_a_topic_another_broker_made(
     """Found in the truth: described, not created again. Created meanwhile by another
     broker (the create fails): LEADER_NOT_AVAILABLE, as Kafka, not TOPIC_ALREADY_EXISTS."""
     monkeypatch.setattr(new_topics, "CATCH_UP_S", 0.05)
-    truth = Truth({"new": NEW_ID})
+    truth = _truth({"new": NEW_ID})
     b = _broker(truth, auto_create=True)
     assert _metadata(b, [{"name": "new"}], auto=True) == {"new": "none 0:-1 1:-1"}
     assert truth.created == []
 
     async def made_meanwhile(name: str) -> FoundTopic | None:
-        truth.topics["racing"] = uuid.UUID(int=8)
+        truth.topics["racing"] = len(REPLICAS)
         return None
 
     truth.find_topic = made_meanwhile  # type: ignore[method-assign]
@@ -226,7 +230,7 @@ def test_auto_creation_does_not_fire_on_a_topic_another_broker_made(
 def test_a_topic_without_partition_states_is_awaited() -> None:
     """The view has the znode but not the states yet: waited for, then answered with
     the leaders (the view's own answer, not looked up)."""
-    truth = Truth({})
+    truth = _truth({})
     b = _broker(truth)
     _learn(b.metadata, "new", NEW_ID, states=False)
 

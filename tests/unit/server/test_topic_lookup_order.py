@@ -16,8 +16,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tests.unit.server.topic_truth import Denying, TopicTruth
 
 from tidegate.common.errors import ErrorCode
+from tidegate.coordinator.group.messages import (
+    FetchedOffset,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from tidegate.protocol.messages import build, request_class
 from tidegate.replication.znodes import TopicAssignment
 from tidegate.server.cluster import topic_admin as cluster_topic_admin
@@ -25,51 +31,16 @@ from tidegate.server.cluster.errors import ConnectionLossError, NoNodeError
 from tidegate.server.cluster.metadata import ClusterMetadata
 from tidegate.server.cluster.topic_admin import ClusterTopicAdmin
 from tidegate.server.context import RequestContext
-from tidegate.server.handlers.admin import handle_delete_topics
+from tidegate.server.handlers.admin import handle_create_partitions, handle_delete_topics
 from tidegate.server.handlers.common import partition_counts, topic_names
-from tidegate.server.handlers.offsets_commit import handle_offset_commit, handle_offset_delete
+from tidegate.server.handlers.offsets_commit import (
+    handle_offset_commit,
+    handle_offset_delete,
+    handle_offset_fetch,
+)
 from tidegate.server.handlers.transactions import handle_add_partitions, handle_txn_offset_commit
-from tidegate.server.topic_admin import FoundTopic
 
 CACHED_ID, NEW_ID = uuid.UUID(int=5), uuid.UUID(int=6)
-
-
-class SlowAdmin:
-    """The topic admin's truth: `truth` name -> partitions; each lookup takes `delay` s
-    and is recorded, with how many were in flight at once."""
-
-    def __init__(self, truth: dict[str, int], ids: dict[uuid.UUID, str] | None = None,
-                 delay: float = 0.05) -> None:
-        self.truth, self.ids, self.delay = truth, ids or {}, delay
-        self.asked: list[str] = []
-        self.asked_ids: list[set[uuid.UUID]] = []
-        self.in_flight = self.most_in_flight = 0
-
-    async def find_topic(self, name: str) -> FoundTopic | None:
-        self.asked.append(name)
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        await asyncio.sleep(self.delay)
-        self.in_flight -= 1
-        n = self.truth.get(name)
-        return None if n is None else FoundTopic(uuid.uuid4(), n)
-
-    async def find_topic_ids(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
-        self.asked_ids.append(set(ids))
-        return {i: self.ids[i] for i in ids if i in self.ids}
-
-    async def delete_topic(self, name: str) -> None:
-        self.truth.pop(name, None)
-
-
-class Denying:
-    """An authorizer allowing everything but the topics in `denied`."""
-
-    def __init__(self, denied: set[str]) -> None:
-        self.denied = denied
-
-    def authorize(self, principal: str, host: str, op: Any, rtype: Any, name: str) -> bool:
-        return not (int(rtype) == 2 and name in self.denied)  # 2: TOPIC
 
 
 class Coordinator:
@@ -84,14 +55,20 @@ class Coordinator:
                              ) -> tuple[ErrorCode, list[Any]]:
         return ErrorCode.none, []
 
+    async def fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        return OffsetFetchResponse(ErrorCode.none, tuple(
+            FetchedOffset(t, p, offset=1) for t, p in req.partitions or ()))
 
-def _broker(admin: SlowAdmin, denied: set[str] = frozenset()) -> Any:  # type: ignore[assignment]
+
+def _broker(admin: TopicTruth, denied: set[str] = frozenset(),  # type: ignore[assignment]
+            cluster: bool = True) -> Any:
     md = ClusterMetadata(1, "PLAINTEXT", "cluster")
     md.set_topic("cached", TopicAssignment("cached", {0: (1,), 1: (1,)}, topic_id=CACHED_ID))
     return SimpleNamespace(
         metadata=md, topic_admin=admin, authorizer=Denying(set(denied)),
         clock=SimpleNamespace(monotonic=time.monotonic), group_coordinator=Coordinator(),
-        config=SimpleNamespace(get_bool=lambda key: True))
+        config=SimpleNamespace(get_bool=lambda key: True),
+        replicas=SimpleNamespace(cluster=cluster))
 
 
 def _codes(resp: Any) -> dict[str, str]:
@@ -106,7 +83,7 @@ def _commit_topics(names: list[str]) -> list[dict[str, Any]]:
 
 
 def test_partition_counts_asks_only_the_misses_and_together() -> None:
-    admin = SlowAdmin({"a": 1, "b": 3, "cached": 4})
+    admin = TopicTruth({"a": 1, "b": 3, "cached": 4})
     b = _broker(admin)
     start = time.monotonic()
     got = asyncio.run(partition_counts(b, {"cached": 2, "a": 1, "b": 2, "none": 1}))
@@ -118,7 +95,7 @@ def test_partition_counts_asks_only_the_misses_and_together() -> None:
 def test_offset_commit_checks_the_acl_before_looking_a_topic_up() -> None:
     """An unauthorized client naming unknown topics costs no lookup; the authorized
     unknown ones are looked up together."""
-    admin = SlowAdmin({"new": 1})
+    admin = TopicTruth({"new": 1})
     b = _broker(admin, denied={"secret-1", "secret-2", "new-secret"})
     req = build(request_class(8, 8), {
         "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
@@ -136,7 +113,7 @@ def test_offset_commit_checks_the_acl_before_looking_a_topic_up() -> None:
 
 def test_offset_commit_v10_finds_an_id_the_cache_lacks() -> None:
     unknown = uuid.UUID(int=99)
-    admin = SlowAdmin({"new": 1}, ids={NEW_ID: "new"})
+    admin = TopicTruth({"new": 1}, ids={NEW_ID: "new"})
     b = _broker(admin)
     req = build(request_class(8, 10), {
         "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
@@ -156,8 +133,35 @@ def test_offset_commit_v10_finds_an_id_the_cache_lacks() -> None:
     assert admin.asked_ids == []
 
 
+def test_offset_fetch_v10_looks_the_ids_of_all_its_groups_up_once() -> None:
+    """Several groups naming ids the cache lacks: one lookup for the request, not one per
+    group; a group the principal may not describe adds nothing to it."""
+    unknown, hidden = uuid.UUID(int=99), uuid.UUID(int=77)
+    admin = TopicTruth({"new": 1}, ids={NEW_ID: "new", hidden: "hidden"})
+    b = _broker(admin)
+    b.authorizer.authorize = lambda *a: not (int(a[3]) == 3 and a[4] == "denied")  # 3: GROUP
+
+    def group(name: str, ids: tuple[uuid.UUID, ...]) -> dict[str, Any]:
+        return {"group_id": name, "member_id": None, "member_epoch": -1,
+                "topics": [{"topic_id": i, "partition_indexes": [0]} for i in ids]}
+
+    req = build(request_class(9, 10), {"groups": [
+        group("g1", (CACHED_ID, NEW_ID)), group("g2", (NEW_ID, unknown)),
+        group("denied", (hidden,)), group("g3", (unknown, CACHED_ID))],
+        "require_stable": False})
+    resp = asyncio.run(handle_offset_fetch(b, RequestContext(9, 10, 1, "t", "peer"), req))
+    assert {str(g.group_id): (g.error_code.name, {
+        str(t.topic_id): t.partitions[0].error_code.name for t in g.topics})
+        for g in resp.groups} == {
+        "g1": ("none", {str(CACHED_ID): "none", str(NEW_ID): "none"}),
+        "g2": ("none", {str(NEW_ID): "none", str(unknown): "unknown_topic_id"}),
+        "denied": ("group_authorization_failed", {}),
+        "g3": ("none", {str(unknown): "unknown_topic_id", str(CACHED_ID): "none"})}
+    assert admin.asked_ids == [{NEW_ID, unknown}]
+
+
 def test_offset_delete_and_txn_offset_commit_check_the_acl_first() -> None:
-    admin = SlowAdmin({})
+    admin = TopicTruth({})
     b = _broker(admin, denied={"secret"})
     req = build(request_class(47, 0), {"group_id": "g", "topics": [
         {"name": n, "partitions": [{"partition_index": 0}]} for n in ("secret", "gone")]})
@@ -178,7 +182,7 @@ def test_offset_delete_and_txn_offset_commit_check_the_acl_first() -> None:
 
 
 def test_add_partitions_to_txn_looks_its_topics_up_together() -> None:
-    admin = SlowAdmin({})
+    admin = TopicTruth({})
     b = _broker(admin)
     req = build(request_class(24, 3), {
         "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 7,
@@ -194,7 +198,7 @@ def test_add_partitions_to_txn_looks_its_topics_up_together() -> None:
 
 
 def test_delete_topics_v6_finds_an_id_the_cache_lacks() -> None:
-    admin = SlowAdmin({"new": 1}, ids={NEW_ID: "new"})
+    admin = TopicTruth({"new": 1}, ids={NEW_ID: "new"})
     b = _broker(admin)
     unknown = uuid.UUID(int=99)
     req = build(request_class(20, 6), {"topics": [{"name": None, "topic_id": i}
@@ -203,11 +207,40 @@ def test_delete_topics_v6_finds_an_id_the_cache_lacks() -> None:
     resp = asyncio.run(handle_delete_topics(b, RequestContext(20, 6, 1, "t", "peer"), req))
     assert [(r.name, r.error_code.name) for r in resp.responses] == [
         ("new", "none"), (None, "unknown_topic_id")]
-    assert admin.asked_ids == [{NEW_ID, unknown}] and "new" not in admin.truth
+    assert admin.asked_ids == [{NEW_ID, unknown}] and "new" not in admin.topics
+
+
+def test_delete_topics_and_create_partitions_do_their_topics_side_by_side() -> None:
+    """In a cluster each topic's lookup and write (ZooKeeper round trips) go side by
+    side, a name given twice in turn (1 -> 2 -> 3 partitions); the answers in request
+    order. Embedded, one after the other."""
+    names = [f"t{i}" for i in range(8)]
+    for cluster in (True, False):
+        admin = TopicTruth(dict.fromkeys(names, 1), delay=0.02)
+        b = _broker(admin, cluster=cluster)
+        req = build(request_class(37, 3), {"topics": [
+            {"name": n, "count": c, "assignments": None}
+            for n, c in [("t0", 2), ("gone", 2), ("t0", 3), *((n, 2) for n in names[1:])]],
+            "timeout": 0, "validate_only": False})
+        resp = asyncio.run(handle_create_partitions(
+            b, RequestContext(37, 3, 1, "t", "peer"), req))
+        assert [(str(r.name), r.error_code.name) for r in resp.results] == [
+            ("t0", "none"), ("gone", "unknown_topic_or_partition"), ("t0", "none"),
+            *((n, "none") for n in names[1:])]
+        assert admin.topics == {"t0": 3, **dict.fromkeys(names[1:], 2)}
+        assert admin.most_in_flight == (len(names) + 1 if cluster else 1)  # with "gone"
+        admin.most_in_flight = 0
+        req = build(request_class(20, 4), {"topic_names": ["gone", *names, "cached"],
+                                           "timeout": 0})
+        resp = asyncio.run(handle_delete_topics(b, RequestContext(20, 4, 1, "t", "peer"), req))
+        assert [(r.name, r.error_code.name) for r in resp.responses] == [
+            ("gone", "unknown_topic_or_partition"), *((n, "none") for n in names),
+            ("cached", "none")]
+        assert admin.topics == {} and admin.most_in_flight == (len(names) + 2 if cluster else 1)
 
 
 def test_topic_names_prefers_the_cache() -> None:
-    admin = SlowAdmin({}, ids={NEW_ID: "new"})
+    admin = TopicTruth({}, ids={NEW_ID: "new"})
     got = asyncio.run(topic_names(_broker(admin), [CACHED_ID, NEW_ID, uuid.UUID(int=0)]))
     assert got == {CACHED_ID: "cached", NEW_ID: "new"}
     assert admin.asked_ids == [{NEW_ID}]
@@ -216,7 +249,7 @@ def test_topic_names_prefers_the_cache() -> None:
 def test_topic_names_sees_the_cache_catch_up_during_the_lookup() -> None:
     """The cluster lookup skips the topics the cache knows when it lists them: one the
     watcher added meanwhile is found in the cache afterwards."""
-    admin = SlowAdmin({})
+    admin = TopicTruth({})
     b = _broker(admin)
 
     async def caught_up(ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:

@@ -16,6 +16,12 @@ partitions), the known limit of Kafka's ZooKeeper mode too.
 A state znode is the truth for leadership: leader, leader epoch, ISR and the znode
 version; a broker acts on a state only if its leader epoch is not older than the one it
 acted on (a stale read after a newer one is ignored).
+
+Requests that wait for the view to show something (handlers/new_topics.py: a topic
+created through another broker) await `changed()`, a future set by the next update. The
+watcher applies every update on the event loop thread (its task reads ZooKeeper through
+the asyncio bridge; kazoo's threads only post events to the loop, server/cluster/zk.py),
+so the future is set there, with no thread hop.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ class ClusterMetadata:
         self._names: dict[uuid.UUID, str] = {}  # topic id -> name, as `topics` has them
         self.states: dict[TopicPartition, VersionedState] = {}
         self._views: dict[str, TopicView] = {}
+        self._change: asyncio.Future[None] | None = None  # set by the next update
 
     # -- MetadataView -------------------------------------------------------------------
 
@@ -146,7 +153,22 @@ class ClusterMetadata:
         name = self._names.get(topic_id)
         return None if name is None else self.topic(name)
 
-    # -- updates (MetadataWatcher) ------------------------------------------------------
+    # -- waiting for updates -------------------------------------------------------------
+
+    def changed(self) -> asyncio.Future[None]:
+        """A future done at the next update (brokers, a topic, a partition state), shared
+        by every waiter: wait on it with `asyncio.wait` (which does not cancel it), not
+        `wait_for`. Call on the event loop."""
+        if self._change is None or self._change.done():
+            self._change = asyncio.get_running_loop().create_future()
+        return self._change
+
+    def _wake(self) -> None:
+        change, self._change = self._change, None
+        if change is not None and not change.done():
+            change.set_result(None)
+
+    # -- updates (MetadataWatcher, on the event loop) ------------------------------------
 
     def set_controller(self, controller_id: int) -> None:
         self._controller_id = controller_id
@@ -154,6 +176,7 @@ class ClusterMetadata:
     def set_brokers(self, infos: dict[int, BrokerInfo]) -> None:
         self.brokers_info = infos
         self._views.clear()  # leaders and offline replicas depend on who is alive
+        self._wake()
 
     def set_topic(self, name: str, assignment: TopicAssignment | None) -> None:
         old = self.topics.get(name)
@@ -168,6 +191,7 @@ class ClusterMetadata:
             if assignment.topic_id is not None:
                 self._names[assignment.topic_id] = name
         self._views.pop(name, None)
+        self._wake()
 
     def set_state(self, tp: TopicPartition, vs: VersionedState | None) -> bool:
         """Record a partition state; False if it is older than the one we have."""
@@ -179,6 +203,7 @@ class ClusterMetadata:
         else:
             self.states[tp] = vs
         self._views.pop(tp[0], None)
+        self._wake()
         return True
 
 

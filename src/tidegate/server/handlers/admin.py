@@ -9,13 +9,19 @@ follow the same ZooKeeper znodes, so by then they know the topic too, or within
 milliseconds (handlers that only ask whether a topic exists ask ZooKeeper when their
 cache says no: handlers/common.py's `partition_counts` and, for DeleteTopics v6 by id,
 `topic_names`).
+
+In a cluster each topic of a DeleteTopics or CreatePartitions costs ZooKeeper round
+trips (a lookup, then the write): the topics of one request go side by side
+(`_each_topic`), a name given twice one after the other, so every answer, in request
+order, is the one the topics would get in turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 from tidegate.common.errors import (
     ErrorCode,
@@ -41,6 +47,29 @@ from tidegate.storage.config import LogConfig
 log = logging.getLogger(__name__)
 
 _LEADER_POLL_S = 0.02  # the metadata watcher updates the view between two looks
+
+T = TypeVar("T")
+
+
+async def _each_topic(broker: Broker, keys: Sequence[Hashable],
+                      work: Callable[[int], Awaitable[T]]) -> list[T]:
+    """`work(i)` for each topic `i` of a request (`keys[i]`: its name), answers in
+    request order. In a cluster the topics go side by side, the ones with the same key
+    one after the other in request order; embedded (no ZooKeeper: nothing to wait for)
+    one after the other."""
+    if not broker.replicas.cluster or len(keys) < 2:
+        return [await work(i) for i in range(len(keys))]
+    alike: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        alike.setdefault(key, []).append(i)
+    got: dict[int, T] = {}
+
+    async def in_turn(indexes: list[int]) -> None:
+        for i in indexes:
+            got[i] = await work(i)
+
+    await asyncio.gather(*map(in_turn, alike.values()))
+    return [got[i] for i in range(len(keys))]
 
 
 def _leaderless(broker: Broker, name: str, first: int, end: int) -> bool:
@@ -183,8 +212,9 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
     # (in a cluster the view may lack a topic created through another broker moments ago)
     by_id = await topic_names(broker, [i for n, i in targets if not n and i is not None]
                               ) if enabled else {}
-    responses = []
-    for name, topic_id in targets:
+
+    async def delete(i: int) -> dict[str, Any]:
+        name, topic_id = targets[i]
         out: dict[str, Any] = {
             "name": name,
             "topic_id": topic_id or ZERO_UUID,
@@ -220,14 +250,18 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             await broker.topic_admin.delete_topic(name)
         except KafkaError as e:
             out["error_code"], out["error_message"] = error_fields(e)
-        responses.append(out)
+        return out
+
+    keys = [n or by_id.get(i, i) for n, i in targets]  # a topic named twice: in turn
+    responses = await _each_topic(broker, keys, delete)
     return build(ctx.response_class, {"throttle_time": 0, "responses": responses})
 
 
 async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    results = []
     made: dict[str, tuple[int, int]] = {}  # grown here: name -> the partitions added
-    for t in req.topics:
+
+    async def grow(i: int) -> dict[str, Any]:
+        t = req.topics[i]
         out: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
         try:
             if not check(broker, ctx, Op.ALTER, Res.TOPIC, str(t.name)):  # Kafka's ACL
@@ -246,7 +280,9 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
                 made[str(t.name)] = (had, count)
         except KafkaError as e:
             out["error_code"], out["error_message"] = error_fields(e)
-        results.append(out)
+        return out
+
+    results = await _each_topic(broker, [str(t.name) for t in req.topics], grow)
     await _time_out_leaderless(broker, made, ms(req.timeout), results,
                                "Adding partitions to topic")
     return build(ctx.response_class, {"throttle_time": 0, "results": results})

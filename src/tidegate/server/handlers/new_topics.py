@@ -16,6 +16,8 @@ first, so refused topics cost ZooKeeper nothing):
 - for the topics found, it waits up to CATCH_UP_S for the view to show them with the
   state of every partition (a leader, unless none of its replicas is alive), so the
   answer is the full one (leaders, ISR, replicas) every broker gives a moment later;
+  it looks again each time the view changes (`ChangingView.changed`: the metadata
+  watcher wakes it), not on a timer;
 - a partition still without a state then is answered as the view has it
   (LEADER_NOT_AVAILABLE, which clients retry); a topic the view still lacks, from the
   znode with no leader anywhere: never a leader the view has not seen.
@@ -33,14 +35,15 @@ import logging
 from collections.abc import Collection
 
 from tidegate.server.broker import Broker
-from tidegate.server.metadata_view import PartitionView, TopicView
+from tidegate.server.metadata_view import ChangingView, PartitionView, TopicView
 from tidegate.server.topic_admin import FoundTopic
 
 log = logging.getLogger(__name__)
 
 # how long a request waits for the view to show a topic ZooKeeper has, with leaders
 CATCH_UP_S = 1.0
-CATCH_UP_POLL_S = 0.01  # the metadata watcher updates the view between two looks
+# how often a view that cannot say when it changed is looked at (the cluster view can)
+CATCH_UP_POLL_S = 0.01
 # names one request looks up at most (the others: the view's answer)
 FIND_NAMES_MAX = 64
 
@@ -93,8 +96,13 @@ async def catch_up(broker: Broker, names: Collection[str],
         return {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + CATCH_UP_S
-    while not all(_settled(md.topic(n)) for n in found) and loop.time() < deadline:
-        await asyncio.sleep(CATCH_UP_POLL_S)
+    while not all(_settled(md.topic(n)) for n in found) and (
+            left := deadline - loop.time()) > 0:
+        if isinstance(md, ChangingView):
+            # taken right after the look, with no await between: no update is missed
+            await asyncio.wait((md.changed(),), timeout=left)
+        else:
+            await asyncio.sleep(min(CATCH_UP_POLL_S, left))
     out = {n: tv for n in found if (tv := md.topic(n)) is not None}
     unread = [n for n in found if n not in out and found[n] is None]
     for n, f in zip(unread, await asyncio.gather(*map(admin.find_topic, unread)), strict=True):

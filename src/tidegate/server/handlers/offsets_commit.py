@@ -7,13 +7,15 @@ reaching the coordinator, as Kafka does. "Exists" is the cluster's answer
 coordinator need not host a replica of the topics whose offsets it keeps, and may not
 have seen a topic created through another broker moments ago. Topics the principal may
 not use are refused before they are looked up (a lookup may read ZooKeeper).
-OffsetFetch v8+ asks for several groups at once; `topics` null means every partition
-the group has an offset for.
+OffsetFetch v8+ asks for several groups at once (the ids they name, v10, are looked up
+once for the request, for the groups the principal may describe); `topics` null means
+every partition the group has an offset for.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from tidegate.common.errors import ErrorCode, KafkaError
@@ -32,16 +34,27 @@ from tidegate.server.context import RequestContext
 from tidegate.server.handlers.common import ZERO_UUID, partition_counts, topic_names
 
 
+async def _id_names(broker: Broker, topics: Iterable[Any]) -> dict[uuid.UUID, str]:
+    """The names of the topics named by id (v10) among `topics`, in one lookup
+    (`topic_names`: the metadata view, else the topic admin's truth); an id no topic
+    has is left out."""
+    by_id = [i for t in topics if not view(t, "name") and (i := view(t, "topic_id")) is not None]
+    return await topic_names(broker, by_id) if by_id else {}
+
+
+def _with_names(topics: Any, ids: dict[uuid.UUID, str]
+                ) -> list[tuple[str | None, uuid.UUID | None]]:
+    """(name, id) of each request topic: a topic named by id gets its name from `ids`
+    (`_id_names`), or None if no topic has that id."""
+    named = [(view(t, "name"), view(t, "topic_id")) for t in topics]
+    return [(str(n), None) if n else (None if i is None else ids.get(i), i) for n, i in named]
+
+
 async def _topic_names(broker: Broker, topics: Any, resolve: bool = True
                        ) -> list[tuple[str | None, uuid.UUID | None]]:
-    """(name, id) of each request topic. A topic named by id (v10) gets its name, or
-    None if no topic has that id (`topic_names`: the metadata view, else the topic
-    admin's truth, one lookup for the request); with `resolve` false (the request is
-    refused whole) it is not looked up."""
-    named = [(view(t, "name"), view(t, "topic_id")) for t in topics]
-    by_id = [i for n, i in named if not n and i is not None]
-    ids = await topic_names(broker, by_id) if resolve and by_id else {}
-    return [(str(n), None) if n else (None if i is None else ids.get(i), i) for n, i in named]
+    """(name, id) of each request topic, ids looked up once for the request; with
+    `resolve` false (the request is refused whole) nothing is looked up."""
+    return _with_names(topics, await _id_names(broker, topics) if resolve else {})
 
 
 async def _counts(broker: Broker, named: list[tuple[str, list[int]]]) -> dict[str, int]:
@@ -134,21 +147,22 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
 
 
 async def _fetch_group(
-    broker: Broker, ctx: RequestContext, group_id: str, topics: Any, by_id: bool,
-    require_stable: bool, member: tuple[str, int] = ("", -1)
+    broker: Broker, ctx: RequestContext, group_id: str, topics: Any,
+    id_names: dict[uuid.UUID, str], by_id: bool, require_stable: bool,
+    member: tuple[str, int] = ("", -1)
 ) -> tuple[ErrorCode, list[dict[str, Any]]]:
-    """One group's answer: (group error, topics payload). ACLs as Kafka: DESCRIBE on the
-    group, else GROUP_AUTHORIZATION_FAILED; topics the principal may not DESCRIBE are
-    TOPIC_AUTHORIZATION_FAILED when named, left out when all are asked for."""
-    if not check(broker, ctx, Op.DESCRIBE, Res.GROUP, group_id):
-        return ErrorCode.group_authorization_failed, []
+    """One group's answer: (group error, topics payload), for a group the principal may
+    DESCRIBE (the caller checks: else GROUP_AUTHORIZATION_FAILED); `id_names` has the
+    names of the topics named by id (`_id_names`, once for the request). Topics the
+    principal may not DESCRIBE are TOPIC_AUTHORIZATION_FAILED when named, left out when
+    all are asked for, as Kafka."""
     unknown: list[tuple[uuid.UUID | None, list[int]]] = []
     refused: list[tuple[str, uuid.UUID | None, list[int]]] = []
     wanted: list[tuple[str, int]] | None = None
     ids: dict[str, uuid.UUID | None] = {}
     if topics is not None:
         wanted = []
-        for t, (name, topic_id) in zip(topics, await _topic_names(broker, topics), strict=True):
+        for t, (name, topic_id) in zip(topics, _with_names(topics, id_names), strict=True):
             parts = [int(p) for p in t.partition_indexes]
             if name is None:
                 unknown.append((topic_id, parts))
@@ -216,15 +230,29 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> 
     v = ctx.api_version
     stable = bool(view(req, "require_stable", False))
     if v >= 8:
+        # ACLs first (a group refused costs no lookup), then one lookup of the ids every
+        # allowed group names, not one per group
+        allowed = [check(broker, ctx, Op.DESCRIBE, Res.GROUP, str(g.group_id))
+                   for g in req.groups]
+        id_names = await _id_names(broker, [t for g, ok in zip(req.groups, allowed, strict=True)
+                                            if ok and g.topics is not None for t in g.topics])
         groups = []
-        for g in req.groups:
+        for g, ok in zip(req.groups, allowed, strict=True):
+            if not ok:
+                groups.append({"group_id": g.group_id, "topics": [],
+                               "error_code": ErrorCode.group_authorization_failed})
+                continue
             # v9+: a KIP-848 member names itself, fenced by its epoch
             member = (str(view(g, "member_id", "") or ""), int(view(g, "member_epoch", -1)))
-            code, topics = await _fetch_group(broker, ctx, str(g.group_id), g.topics, v >= 10,
-                                              stable, member)
+            code, topics = await _fetch_group(broker, ctx, str(g.group_id), g.topics, id_names,
+                                              v >= 10, stable, member)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return build(ctx.response_class, {"throttle_time": 0, "groups": groups})
-    code, topics = await _fetch_group(broker, ctx, str(req.group_id), req.topics, False, stable)
+    if check(broker, ctx, Op.DESCRIBE, Res.GROUP, str(req.group_id)):
+        code, topics = await _fetch_group(broker, ctx, str(req.group_id), req.topics, {}, False,
+                                          stable)
+    else:
+        code, topics = ErrorCode.group_authorization_failed, []
     if v < 2 and code != ErrorCode.none:  # v1 has no top-level error: per partition
         for t in topics:
             for p in t["partitions"]:
