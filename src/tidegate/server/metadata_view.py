@@ -100,6 +100,18 @@ class ChangingView(Protocol):
     def changed(self) -> asyncio.Future[None]: ...
 
 
+async def next_change(view: MetadataView, timeout: float, poll: float) -> None:
+    """Return at `view`'s next update (a `ChangingView`: the metadata watcher wakes it) or
+    after `poll` seconds (a view that cannot tell), at the latest after `timeout`. Look at
+    the view, then call this with no await between, and no update is missed."""
+    if timeout <= 0:
+        return
+    if isinstance(view, ChangingView):
+        await asyncio.wait((view.changed(),), timeout=timeout)
+    else:
+        await asyncio.sleep(min(poll, timeout))
+
+
 def brokers_on(view: MetadataView, listener: str) -> Sequence[BrokerEndpoint]:
     if listener and isinstance(view, ListenerAwareView):
         return view.brokers_on(listener)

@@ -261,3 +261,28 @@ def test_the_view_finds_a_topic_by_id_through_its_index() -> None:
     assert (got := md.topic_by_id(UNKNOWN_ID)) is not None and got.topic_id == UNKNOWN_ID
     md.set_topic("t", None)
     assert md.topic_by_id(UNKNOWN_ID) is None and md.topic_by_id(NEW_ID) is None
+
+
+def test_create_waits_for_leaders_until_the_view_shows_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CreateTopics/CreatePartitions with a timeout (handlers/admin.py `_await_leaders`)
+    answer at the update that gives the partitions made their leaders, not at a poll's
+    next tick (a poll slower than the test shows it); without one, at the timeout, with
+    the topic still leaderless."""
+    from tidegate.server.handlers import admin
+
+    monkeypatch.setattr(admin, "_LEADER_POLL_S", 0.9)
+    b = _broker(_truth({}))
+
+    async def run() -> tuple[set[str], float, set[str]]:
+        _later(0.02, lambda: _learn(b.metadata, "new", NEW_ID, states=False))
+        _later(0.05, lambda: _learn(b.metadata, "new", NEW_ID))
+        start = time.monotonic()
+        late = await admin._await_leaders(b, {"new": (0, 2)}, 2_000)
+        took = time.monotonic() - start
+        never = await admin._await_leaders(b, {"never": (0, 1)}, 50)
+        return late, took, never
+
+    late, took, never = asyncio.run(run())
+    assert late == set() and took < 0.5, took
+    assert never == {"never"}

@@ -41,12 +41,14 @@ from tidegate.server.handlers.common import ZERO_UUID, error_fields, topic_names
 from tidegate.server.handlers.configs import describe_topic_configs
 from tidegate.server.handlers.metadata import brokers_payload
 from tidegate.server.handlers.operations import cluster_ops_field
+from tidegate.server.metadata_view import next_change
 from tidegate.server.topic_admin import check_assignment_shape
 from tidegate.storage.config import LogConfig
 
 log = logging.getLogger(__name__)
 
-_LEADER_POLL_S = 0.02  # the metadata watcher updates the view between two looks
+# how often a view that cannot say when it changed is looked at (the cluster view can)
+_LEADER_POLL_S = 0.02
 
 T = TypeVar("T")
 
@@ -88,7 +90,7 @@ async def _await_leaders(broker: Broker, made: dict[str, tuple[int, int]],
         left = {n for n, (first, end) in made.items() if _leaderless(broker, n, first, end)}
         if not left or loop.time() >= deadline:
             return left
-        await asyncio.sleep(min(_LEADER_POLL_S, max(0.0, deadline - loop.time())))
+        await next_change(broker.metadata, deadline - loop.time(), _LEADER_POLL_S)
 
 
 async def _time_out_leaderless(broker: Broker, made: dict[str, tuple[int, int]],

@@ -35,7 +35,7 @@ import logging
 from collections.abc import Collection
 
 from tidegate.server.broker import Broker
-from tidegate.server.metadata_view import ChangingView, PartitionView, TopicView
+from tidegate.server.metadata_view import PartitionView, TopicView, next_change
 from tidegate.server.topic_admin import FoundTopic
 
 log = logging.getLogger(__name__)
@@ -98,11 +98,7 @@ async def catch_up(broker: Broker, names: Collection[str],
     deadline = loop.time() + CATCH_UP_S
     while not all(_settled(md.topic(n)) for n in found) and (
             left := deadline - loop.time()) > 0:
-        if isinstance(md, ChangingView):
-            # taken right after the look, with no await between: no update is missed
-            await asyncio.wait((md.changed(),), timeout=left)
-        else:
-            await asyncio.sleep(min(CATCH_UP_POLL_S, left))
+        await next_change(md, left, CATCH_UP_POLL_S)
     out = {n: tv for n in found if (tv := md.topic(n)) is not None}
     unread = [n for n in found if n not in out and found[n] is None]
     for n, f in zip(unread, await asyncio.gather(*map(admin.find_topic, unread)), strict=True):
