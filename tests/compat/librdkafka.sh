@@ -100,6 +100,14 @@ build_suite() {
         git clone -q --depth 1 --branch "$ref" https://github.com/confluentinc/librdkafka "$src" || return 1
     fi
     if [ -x "$src/tests/test-runner" ]; then return 0; fi
+    # the statistics checks of 0053 and 0110 need RapidJSON (found by ./configure)
+    if [ ! -f /usr/include/rapidjson/schema.h ] && command -v apt-get >/dev/null 2>&1; then
+        log "installing rapidjson-dev (Debian package: the suite's statistics checks)"
+        if [ "$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi
+        { $sudo apt-get install -y -qq rapidjson-dev >/dev/null 2>&1 \
+            || { $sudo apt-get update -qq && $sudo apt-get install -y -qq rapidjson-dev >/dev/null; }; } \
+            || log "could not install rapidjson-dev: 0053's and 0110's statistics checks will skip"
+    fi
     log "building librdkafka and its test-runner in $src (a few minutes; -O0 to build faster)"
     (cd "$src" && ./configure --disable-gssapi --disable-curl >"$RDKAFKA_DIR/configure.log" 2>&1 \
         && make -j2 libs CFLAGS=-O0 CXXFLAGS="-O0 -Wno-non-virtual-dtor" >"$RDKAFKA_DIR/build.log" 2>&1 \
